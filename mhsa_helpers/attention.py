@@ -1,0 +1,158 @@
+"""Scaled dot-product attention and the numerically stable softmax under it.
+
+.. math::
+
+    \\operatorname{Attention}(Q, K, V) = \\operatorname{softmax}\\!\\left(\\frac{Q K^\\top}{\\sqrt{d_k}}\\right) V
+
+Mask polarity used everywhere in this package: a **boolean** mask where
+``True`` means "this query may attend to this key" (the convention of
+``torch.nn.functional.scaled_dot_product_attention``). Libraries and seeds
+that mark *blocked* positions with ``True`` must pass ``~mask``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from ._validation import (
+    check_bool_mask,
+    check_floating,
+    check_ndim,
+    check_probability,
+    check_same_dtype,
+)
+from .masking import causal_mask, combine_masks
+from .softmax import softmax
+
+__all__ = ["attention_scores", "scaled_dot_product_attention"]
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    check_floating("q", q)
+    check_floating("k", k)
+    check_floating("v", v)
+    check_ndim("q", q, 2, "(..., seq_q, d_k)")
+    check_ndim("k", k, 2, "(..., seq_k, d_k)")
+    check_ndim("v", v, 2, "(..., seq_k, d_v)")
+    check_same_dtype("k", k, "q", q)
+    check_same_dtype("v", v, "q", q)
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k must have the same last dimension d_k as q: expected k.shape[-1] == {q.shape[-1]}, "
+            f"got q shape {tuple(q.shape)} and k shape {tuple(k.shape)}"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"v must have one row per key: expected v.shape[-2] == seq_k == {k.shape[-2]}, "
+            f"got k shape {tuple(k.shape)} and v shape {tuple(v.shape)}"
+        )
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise ValueError(
+            f"q and k must hold at least one position (seq >= 1), got q shape {tuple(q.shape)} "
+            f"and k shape {tuple(k.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"q, k and v must have broadcastable batch dimensions, got q shape {tuple(q.shape)}, "
+            f"k shape {tuple(k.shape)}, v shape {tuple(v.shape)}"
+        ) from None
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: Optional[float] = None) -> torch.Tensor:
+    """Scaled scores ``q @ k^T * scale`` with ``scale = 1/sqrt(d_k)`` by default.
+
+    Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)`` -> ``(..., seq_q, seq_k)``.
+    """
+    d_k = q.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    return (q @ k.transpose(-2, -1)) * scale
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    *,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Attention of every query over the keys, with optional mask and dropout.
+
+    Shapes:
+        q: ``(..., seq_q, d_k)``; k: ``(..., seq_k, d_k)``; v: ``(..., seq_k, d_v)``
+        mask: boolean, broadcastable to ``(..., seq_q, seq_k)``; ``True`` = may attend.
+        returns: output ``(..., seq_q, d_v)``, and with ``return_weights=True`` also the
+        attention weights ``(..., seq_q, seq_k)`` (each row sums to 1, or is all zeros
+        when the mask leaves the query nothing to attend to).
+
+    ``is_causal=True`` adds a causal mask aligned to the *last* key, so a block of
+    ``seq_q`` new queries after ``seq_k - seq_q`` cached keys sees exactly its past
+    (see :func:`mhsa_helpers.masking.causal_mask`).
+
+    ``dropout_p`` is applied to the attention weights; pass ``0.0`` outside training.
+
+    When neither weights nor dropout are requested, the work is done by
+    :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels); otherwise
+    the weights are computed explicitly with :func:`softmax`. Both give the same output.
+    """
+    _check_qkv(q, k, v)
+    dropout_p = check_probability("dropout_p", dropout_p)
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    if mask is not None:
+        check_bool_mask("mask", mask, (*batch_shape, seq_q, seq_k), "(..., seq_q, seq_k)")
+    if is_causal and seq_q > seq_k:
+        raise ValueError(
+            f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), "
+            f"got seq_q={seq_q}, seq_k={seq_k}"
+        )
+
+    if not return_weights and dropout_p == 0.0:
+        return _fused_attention(q, k, v, mask, is_causal, scale)
+
+    if is_causal:
+        causal = causal_mask(seq_q, seq_k, device=q.device)
+        mask = causal if mask is None else combine_masks(mask, causal)
+    scores = attention_scores(q, k, scale)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)
+    output = weights @ v
+    return (output, weights) if return_weights else output
+
+
+def _fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    scale: Optional[float],
+) -> torch.Tensor:
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    if is_causal and seq_q != seq_k:
+        # PyTorch's is_causal aligns the mask to the first key; decoding with a
+        # cache needs it aligned to the last one, so build it explicitly.
+        causal = causal_mask(seq_q, seq_k, device=q.device)
+        mask = causal if mask is None else combine_masks(mask, causal)
+        is_causal = False
+    if is_causal and mask is not None:
+        mask = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device))
+        is_causal = False
+    output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+    if mask is not None:
+        # Older PyTorch returns NaN for a query whose mask row is all False;
+        # this package promises zeros there.
+        output = output.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return output

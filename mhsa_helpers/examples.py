@@ -1,0 +1,148 @@
+"""The toy data of the series, taken from the seed documents.
+
+* "Money Bank Grows" (seed 001): 3 words, 3-D embeddings, two heads with
+  hand-written ``W_Q, W_K, W_V`` and an output matrix ``W_O`` — exactly as printed.
+* "Your journey starts with one step" (seeds 002 and LLMs-from-scratch): 6 words x 3 features.
+* "She loves cats" (seed 000): a four-word vocabulary.
+* "The man saw the astronomer with the telescope" (seed 001): the ambiguous sentence
+  that motivates several heads.
+
+Seed 001 writes ``Q = E @ W`` with ``W`` of shape ``(d_in, d_out)``; the matrices are
+returned in that layout, so load them with ``layout="in_out"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import torch
+
+from ._validation import check_positive_int
+
+__all__ = [
+    "MoneyBankGrows",
+    "money_bank_grows",
+    "SEED_001_PRINTED",
+    "your_journey_starts_with_one_step",
+    "SHE_LOVES_CATS_VOCAB",
+    "she_loves_cats",
+    "TELESCOPE_SENTENCE",
+    "THE_CAT_SAT_SENTENCE",
+    "sentence_embeddings",
+]
+
+
+@dataclass(frozen=True)
+class MoneyBankGrows:
+    """Seed 001's worked example.
+
+    tokens: ``("Money", "Bank", "Grows")``
+    embeddings: ``(3, 3)``, one row per token.
+    w_q, w_k, w_v: two ``(d_in=3, d_head=3)`` matrices each, head 1 then head 2, used as ``E @ W``.
+    w_o: ``(3, 6)`` exactly as the seed prints it. ``Concat(C^1, C^2)`` is ``(3, 6)``, so the
+        seed's ``O = C @ W_O`` cannot be computed; the printed matrix is ``W_O`` in PyTorch's
+        ``(d_out, d_in)`` layout, i.e. ``O = C @ w_o.T`` with shape ``(3, 3)``.
+    """
+
+    tokens: Tuple[str, ...]
+    embeddings: torch.Tensor
+    w_q: Tuple[torch.Tensor, torch.Tensor]
+    w_k: Tuple[torch.Tensor, torch.Tensor]
+    w_v: Tuple[torch.Tensor, torch.Tensor]
+    w_o: torch.Tensor
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.w_q)
+
+
+def money_bank_grows(dtype: torch.dtype = torch.float64) -> MoneyBankGrows:
+    """Seed 001's embeddings and weights (float64 by default, so hand arithmetic matches to the last digit)."""
+
+    def t(rows: List[List[float]]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=dtype)
+
+    return MoneyBankGrows(
+        tokens=("Money", "Bank", "Grows"),
+        embeddings=t([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9]]),
+        w_q=(
+            t([[0.1, 0.0, 0.2], [0.0, 0.1, 0.1], [0.2, 0.1, 0.0]]),
+            t([[0.0, 0.2, 0.1], [0.1, 0.0, 0.2], [0.2, 0.1, 0.0]]),
+        ),
+        w_k=(
+            t([[0.2, 0.1, 0.0], [0.1, 0.2, 0.1], [0.0, 0.1, 0.2]]),
+            t([[0.1, 0.0, 0.2], [0.2, 0.1, 0.0], [0.0, 0.2, 0.1]]),
+        ),
+        w_v=(
+            t([[0.1, 0.2, 0.1], [0.2, 0.1, 0.2], [0.1, 0.1, 0.1]]),
+            t([[0.2, 0.1, 0.2], [0.1, 0.2, 0.1], [0.1, 0.1, 0.1]]),
+        ),
+        w_o=t(
+            [
+                [0.1, 0.2, 0.1, 0.0, 0.1, 0.2],
+                [0.2, 0.1, 0.0, 0.1, 0.2, 0.1],
+                [0.1, 0.0, 0.2, 0.2, 0.1, 0.0],
+            ]
+        ),
+    )
+
+
+#: The vectors seed 001 prints for "Money" in head 1, as printed (two of them are wrong;
+#: the notebooks and tests compare them with the package's values).
+SEED_001_PRINTED: Dict[str, List[float]] = {
+    "Q_Money_head1": [0.07, 0.05, 0.04],
+    "K_Money_head1": [0.04, 0.08, 0.07],
+    "V_Money_head1": [0.08, 0.07, 0.09],
+}
+
+
+def your_journey_starts_with_one_step() -> Tuple[Tuple[str, ...], torch.Tensor]:
+    """The 6-token sentence with 3-D inputs used in seed 002: ``(tokens, inputs (6, 3))``."""
+    tokens = ("Your", "journey", "starts", "with", "one", "step")
+    inputs = torch.tensor(
+        [
+            [0.43, 0.15, 0.89],
+            [0.55, 0.87, 0.66],
+            [0.57, 0.85, 0.64],
+            [0.22, 0.58, 0.33],
+            [0.77, 0.25, 0.10],
+            [0.05, 0.80, 0.55],
+        ]
+    )
+    return tokens, inputs
+
+
+#: Seed 000's vocabulary.
+SHE_LOVES_CATS_VOCAB: Dict[str, int] = {"she": 0, "loves": 1, "cats": 2, "dogs": 3}
+
+
+def she_loves_cats() -> Tuple[Tuple[str, ...], torch.Tensor]:
+    """``(tokens, token ids (1, 3))`` for "She loves cats" in :data:`SHE_LOVES_CATS_VOCAB`."""
+    tokens = ("She", "loves", "cats")
+    ids = torch.tensor([[SHE_LOVES_CATS_VOCAB[t.lower()] for t in tokens]])
+    return tokens, ids
+
+
+TELESCOPE_SENTENCE = "The man saw the astronomer with the telescope"
+THE_CAT_SAT_SENTENCE = "The cat sat on the mat"
+
+
+def sentence_embeddings(
+    sentence: str, d_model: int, *, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> Tuple[Tuple[str, ...], torch.Tensor]:
+    """Split ``sentence`` on spaces and give each word a fixed random embedding.
+
+    The same word (case-insensitive) always gets the same vector, so "the" appears
+    twice with identical rows — only attention can tell the two apart. Deterministic
+    for a given ``seed``. Returns ``(tokens, embeddings (seq, d_model))``.
+    """
+    check_positive_int("d_model", d_model)
+    tokens = tuple(sentence.split())
+    if not tokens:
+        raise ValueError(f"sentence must contain at least one word, got {sentence!r}")
+    vocabulary = sorted({t.lower() for t in tokens})
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.randn(len(vocabulary), d_model, generator=generator, dtype=dtype)
+    index = {word: i for i, word in enumerate(vocabulary)}
+    return tokens, table[[index[t.lower()] for t in tokens]]
