@@ -1,0 +1,36 @@
+"""Shared pytest configuration.
+
+Hypothesis runs derandomized (a fixed seed derived from each test) so CI sees
+the same examples on every run; ``deadline=None`` because the first call of a
+PyTorch op can be slow (kernel selection) and that is not a test failure.
+Select another profile with ``HYPOTHESIS_PROFILE=thorough pytest ...``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+
+# The tests run thousands of tiny ops; on a busy 2-core machine PyTorch's thread pool
+# makes each one up to 50x slower (threads spin waiting for each other) and buys nothing.
+torch.set_num_threads(int(os.environ.get("MHSA_TEST_THREADS", "1")))
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    max_examples=50,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "thorough",
+    deadline=None,
+    derandomize=False,
+    max_examples=500,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
