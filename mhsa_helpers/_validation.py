@@ -68,8 +68,9 @@ def check_positive_int(name: str, value: object, allow_zero: bool = False) -> in
 
 def check_divisible(total_name: str, total: int, parts_name: str, parts: int) -> int:
     if total % parts != 0:
+        divisor = f"({parts_name})" if " " in parts_name else parts_name  # "x % (3 * num_heads)", not "x % 3 * num_heads"
         raise ValueError(
-            f"{parts_name} must divide {total_name}: expected {total_name} % {parts_name} == 0, "
+            f"{parts_name} must divide {total_name}: expected {total_name} % {divisor} == 0, "
             f"got {total_name}={total}, {parts_name}={parts}"
         )
     return total // parts

@@ -44,6 +44,15 @@ FUSED_QKV_LAYOUTS = ("stacked", "per_head")
 Output = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
 
+def _check_rope_d_head(d_model: int, num_heads: int, d_head: int) -> None:
+    # RotaryEmbedding would only report d_head; the learner chose d_model and num_heads.
+    if d_head % 2:
+        raise ValueError(
+            f"d_head = d_model // num_heads must be even for RoPE (dimensions are rotated in pairs), "
+            f"got d_head={d_head} from d_model={d_model}, num_heads={num_heads}"
+        )
+
+
 def _attend_heads(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -65,13 +74,27 @@ def _attend_heads(
     past = 0 if cache is None else cache.length
     if token_positions is not None:
         check_tensor("token_positions", token_positions)
+        leading = (*q.shape[:-3], seq)  # x.shape[:-1]
         if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
             raise ValueError(
                 f"token_positions must have shape (..., seq) with seq={seq}, "
                 f"got shape {tuple(token_positions.shape)}"
             )
+        try:
+            broadcast = torch.broadcast_shapes(tuple(token_positions.shape), leading)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != leading:
+            # Checked here, before the heads axis is inserted, so the message shows the caller's shape.
+            raise ValueError(
+                f"token_positions must be broadcastable to x.shape[:-1] = {leading}, "
+                f"got shape {tuple(token_positions.shape)}"
+            )
     if token_positions is not None and rope is None:
-        raise ValueError("token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) or drop them")
+        raise ValueError(
+            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
+            f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
+        )
     if rope is not None:
         if token_positions is None:
             positions = torch.arange(past, past + seq, device=q.device)
@@ -151,6 +174,8 @@ class MultiHeadSelfAttention(nn.Module):
         self.causal = bool(causal)
         self.dropout = check_probability("dropout", dropout)
         check_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
+        if rope:
+            _check_rope_d_head(d_model, num_heads, self.d_head)
         factory = {"device": device, "dtype": dtype}
         self.qkv_proj = nn.Linear(self.d_in, 3 * d_model, bias=qkv_bias, **factory)
         self.out_proj = nn.Linear(d_model, self.d_out, bias=out_bias, **factory)
@@ -371,6 +396,11 @@ class MultiHeadSelfAttention(nn.Module):
             raise ValueError(f"qkv_weight must be 2-D (3 * d_model, d_in), got shape {tuple(qkv_weight.shape)}")
         check_positive_int("num_heads", num_heads)
         check_divisible("qkv_weight.shape[0]", qkv_weight.shape[0], "3 * num_heads", 3 * num_heads)
+        if qkv_bias is not None:
+            # Checked before the per_head conversion, whose own error would call it "weight".
+            check_tensor("qkv_bias", qkv_bias)
+            if tuple(qkv_bias.shape) != (qkv_weight.shape[0],):
+                raise ValueError(f"qkv_bias must have shape ({qkv_weight.shape[0]},), got {tuple(qkv_bias.shape)}")
         if fused_layout == "per_head":
             qkv_weight = fused_qkv_per_head_to_stacked(qkv_weight, num_heads)
             if qkv_bias is not None:
@@ -378,8 +408,6 @@ class MultiHeadSelfAttention(nn.Module):
         q_w, k_w, v_w = qkv_weight.chunk(3, dim=0)
         q_b = k_b = v_b = None
         if qkv_bias is not None:
-            if tuple(qkv_bias.shape) != (qkv_weight.shape[0],):
-                raise ValueError(f"qkv_bias must have shape ({qkv_weight.shape[0]},), got {tuple(qkv_bias.shape)}")
             q_b, k_b, v_b = qkv_bias.chunk(3)
         return cls.from_projection_weights(
             q_w, k_w, v_w, o_weight, num_heads=num_heads, layout="out_in",
@@ -464,6 +492,7 @@ def multi_head_self_attention(
         raise ValueError(f"x must hold at least one position (seq >= 1), got shape {tuple(x.shape)}")
     rope = None
     if rope_base is not None:
+        _check_rope_d_head(d_model, num_heads, d_head)
         if max_seq_len is None:
             max_seq_len = seq if token_positions is None or token_positions.numel() == 0 else max(
                 seq, int(token_positions.max()) + 1

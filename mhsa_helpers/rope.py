@@ -60,9 +60,12 @@ def rope_frequencies(
     Pair 0 turns by one radian per position; the last pair turns slowest.
     """
     _check_d_head(d_head)
-    base = _check_base(base)
+    return _frequencies_float64(d_head, _check_base(base), device).float()
+
+
+def _frequencies_float64(d_head: int, base: float, device: Optional[Union[str, torch.device]]) -> torch.Tensor:
     exponents = torch.arange(0, d_head, 2, device=device, dtype=torch.float64) / d_head
-    return (base ** -exponents).float()
+    return base ** -exponents
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str = "interleaved") -> torch.Tensor:
@@ -123,10 +126,12 @@ class RotaryEmbedding(nn.Module):
 
     def _build_cache(self, device: Optional[Union[str, torch.device]]) -> "tuple[torch.Tensor, torch.Tensor]":
         # float64 angles: m * theta_i loses digits in float32 once m reaches the thousands.
-        positions = torch.arange(self.max_seq_len, device=device, dtype=torch.float64)
-        inv_freq = rope_frequencies(self.d_head, self.base, device=device).double()
+        # Built on the CPU because some accelerators (Apple's mps) have no float64.
+        positions = torch.arange(self.max_seq_len, dtype=torch.float64)
+        # theta_i in float64 too: a float32 theta_i is off by ~1e-8 * theta_i, an error m times larger in m * theta_i.
+        inv_freq = _frequencies_float64(self.d_head, self.base, "cpu")
         angles = torch.outer(positions, inv_freq)
-        return angles.cos().float(), angles.sin().float()
+        return angles.cos().float().to(device), angles.sin().float().to(device)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
         super()._apply(fn, recurse)

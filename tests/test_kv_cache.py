@@ -1,0 +1,147 @@
+"""KVCache: incremental decoding (token by token and in chunks) reproduces the
+full causal forward pass, RoPE positions continue across steps, and the offset
+causal mask is the one written out by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mhsa_helpers import KVCache, MultiHeadSelfAttention, causal_mask, scaled_dot_product_attention
+
+SEEDS = st.integers(0, 2**31 - 1)
+F64 = torch.float64
+
+
+def _module(seed, *, rope, convention="interleaved", num_heads=2, d_head=4, max_seq_len=64):
+    torch.manual_seed(seed)
+    return MultiHeadSelfAttention(
+        num_heads * d_head, num_heads, causal=True, rope=rope, rope_convention=convention,
+        max_seq_len=max_seq_len, dtype=F64,
+    ).eval()
+
+
+def _chunks(total, sizes):
+    """Split range(total) into consecutive chunks with the given sizes (cycled)."""
+    bounds, start, i = [], 0, 0
+    while start < total:
+        end = min(total, start + sizes[i % len(sizes)])
+        bounds.append((start, end))
+        start, i = end, i + 1
+    return bounds
+
+
+@given(
+    rope=st.booleans(),
+    convention=st.sampled_from(["interleaved", "half_split"]),
+    seq=st.integers(1, 9),
+    chunk_sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    seed=SEEDS,
+)
+def test_incremental_decoding_equals_full_causal_pass(rope, convention, seq, chunk_sizes, seed):
+    module = _module(seed, rope=rope, convention=convention)
+    x = torch.randn(2, seq, module.d_in, dtype=F64)
+    full = module(x)
+
+    cache = KVCache()
+    pieces = []
+    for start, end in _chunks(seq, chunk_sizes):
+        assert cache.length == start
+        pieces.append(module(x[:, start:end], cache=cache))
+        assert cache.length == end
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full)
+    assert cache.keys.shape == (2, module.num_heads, seq, module.d_head)
+    assert cache.values.shape == (2, module.num_heads, seq, module.d_head)
+
+
+@pytest.mark.parametrize("rope", [False, True], ids=["no-rope", "rope"])
+def test_token_by_token_with_weights(rope):
+    module = _module(11, rope=rope)
+    x = torch.randn(3, 6, module.d_in, dtype=F64)
+    full, full_weights = module(x, need_weights=True)
+    cache = KVCache()
+    for t in range(6):
+        out, weights = module(x[:, t : t + 1], cache=cache, need_weights=True)
+        assert weights.shape == (3, module.num_heads, 1, t + 1)
+        torch.testing.assert_close(out[:, 0], full[:, t])
+        torch.testing.assert_close(weights[..., 0, :], full_weights[..., t, : t + 1])
+    assert cache.length == 6
+
+
+@given(
+    convention=st.sampled_from(["interleaved", "half_split"]),
+    offset=st.integers(1, 40),
+    seq=st.integers(1, 8),
+    chunk_sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    seed=SEEDS,
+)
+def test_decoding_with_nonzero_start_offset(convention, offset, seq, chunk_sizes, seed):
+    """A sequence that starts at position `offset` (e.g. after a dropped prefix): the full pass
+    gets token_positions = offset .. offset + seq - 1; the cache steps pass their own slice."""
+    module = _module(seed, rope=True, convention=convention)
+    x = torch.randn(2, seq, module.d_in, dtype=F64)
+    positions = torch.arange(offset, offset + seq)
+    full = module(x, token_positions=positions)
+    cache = KVCache()
+    pieces = [module(x[:, s:e], cache=cache, token_positions=positions[s:e]) for s, e in _chunks(seq, chunk_sizes)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full)
+    # RoPE sees only relative positions: the same tokens started at 0 give the same outputs
+    # (up to the float32 cos/sin cache).
+    torch.testing.assert_close(module(x), full, atol=1e-6, rtol=1e-6)
+
+
+def test_cache_continues_rope_positions_by_default():
+    """Without token_positions the new token sits at position cache.length: decoding one token after
+    a 4-token prompt equals the full pass on all 5 tokens, not a fresh pass at position 0."""
+    module = _module(3, rope=True)
+    x = torch.randn(1, 5, module.d_in, dtype=F64)
+    cache = KVCache()
+    module(x[:, :4], cache=cache)
+    last = module(x[:, 4:], cache=cache)
+    torch.testing.assert_close(last[:, 0], module(x)[:, 4])
+    # With positions restarted at 0 for the new token the answer is different.
+    cache2 = KVCache()
+    module(x[:, :4], cache=cache2)
+    restarted = module(x[:, 4:], cache=cache2, token_positions=torch.tensor([0]))
+    assert not torch.allclose(restarted, last)
+
+
+def test_cache_append_length_and_reset():
+    cache = KVCache()
+    assert cache.length == 0 and cache.keys is None
+    k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 6)
+    keys, values = cache.append(k1, v1)
+    assert cache.length == 4 and torch.equal(keys, k1) and torch.equal(values, v1)
+    k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 6)
+    keys, values = cache.append(k2, v2)
+    assert cache.length == 5
+    assert torch.equal(keys, torch.cat([k1, k2], dim=2)) and torch.equal(values, torch.cat([v1, v2], dim=2))
+    assert "length=5" in repr(cache)
+    cache.reset()
+    assert cache.length == 0 and cache.keys is None and cache.values is None
+    with pytest.raises(ValueError, match=r"keys must match the cached"):
+        cache.append(k1, v1)
+        cache.append(torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 6))
+
+
+def _hand_offset_mask(seq_q, seq_k):
+    past = seq_k - seq_q
+    return torch.tensor([[j <= past + i for j in range(seq_k)] for i in range(seq_q)])
+
+
+@given(seq_q=st.integers(1, 6), past=st.integers(0, 6), seed=SEEDS)
+def test_causal_offset_mask_and_is_causal_against_hand_built(seq_q, past, seed):
+    seq_k = past + seq_q
+    expected = _hand_offset_mask(seq_q, seq_k)
+    assert torch.equal(causal_mask(seq_q, seq_k), expected)
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, seq_q, 3, generator=gen, dtype=F64)
+    k = torch.randn(2, seq_k, 3, generator=gen, dtype=F64)
+    v = torch.randn(2, seq_k, 3, generator=gen, dtype=F64)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=expected)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, is_causal=True), reference)
+    out, weights = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    torch.testing.assert_close(out, reference)
+    assert (weights.masked_select(~expected.expand_as(weights)) == 0).all()
