@@ -4,6 +4,9 @@
 #   make test       unit/property tests + nbval over every notebook (does its own set-up)
 #   make notebooks  re-execute every notebook in place, in a fresh kernel each
 #   make setup      create .venv and install the project with its dev tools
+#   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
+#   make bench      forward-pass benchmark (time and memory) of the attention implementations
+#   make bench-explorers  in-kernel redraw time of each explorer
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -32,7 +35,7 @@ NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sani
 KERNEL_ENV := PYTHONHASHSEED=0 SOURCE_DATE_EPOCH=0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test notebooks clean distclean FORCE
+.PHONY: help setup lab test notebooks colab-check bench bench-explorers clean distclean FORCE
 
 help:
 	@sed -n 's/^#   make /  make /p' $(firstword $(MAKEFILE_LIST))
@@ -72,6 +75,15 @@ ifeq ($(NOTEBOOK_DIRS),)
 else
 	$(VENV_PY) scripts/execute_notebooks.py $(NOTEBOOK_DIRS)
 endif
+
+colab-check:
+	PYTHON=$(PYTHON) scripts/colab_like_check.sh
+
+bench: setup
+	$(VENV_PY) benchmarks/bench_forward.py
+
+bench-explorers: setup
+	$(VENV_PY) benchmarks/bench_explorers.py
 
 clean:
 	rm -rf build dist .pytest_cache .hypothesis

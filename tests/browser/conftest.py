@@ -1,0 +1,3 @@
+"""The fixture notebook here is opened by the browser test, not collected by nbval."""
+
+collect_ignore_glob = ["*.ipynb"]

@@ -1,0 +1,427 @@
+"""The explorers, driven headlessly: controls are set from Python exactly as a slider
+would set them, and the tests check what was computed and drawn (``explorer.data``,
+the Axes of ``explorer.figure`` and the PNG sent to the browser).
+
+Expected values come from outside the explorer: seed 002's printed weights, formulas
+written out here with numpy, or the package's module built independently with the
+seed the explorers document.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets as widgets  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from mhsa_helpers import MultiHeadSelfAttention  # noqa: E402
+from mhsa_helpers import explorers as ex  # noqa: E402
+from mhsa_helpers.examples import TELESCOPE_SENTENCE, money_bank_grows, sentence_embeddings  # noqa: E402
+
+ALL = [ex.qkv_explorer, ex.scaling_explorer, ex.masking_explorer, ex.heads_explorer, ex.rope_explorer, ex.mhsa_explorer]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def heatmap_axes(figure):
+    return [ax for ax in figure.axes if ax.images]
+
+
+def module_weights(d_model, num_heads, seq_len, **options):
+    """The weights the heads/MHSA explorers promise: their documented seed and inputs,
+    built here independently of the explorer code."""
+    torch.manual_seed(0)
+    module = MultiHeadSelfAttention(d_model, num_heads, **options).eval()
+    _, x = sentence_embeddings(TELESCOPE_SENTENCE, d_model, seed=0)
+    x = 3.0 * x[:seq_len]
+    with torch.no_grad():
+        output, weights = module(x, need_weights=True)
+    return module, x, weights.double().numpy(), output.double().numpy()
+
+
+def softmax_np(scores):
+    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+# ---------------------------------------------------------------- every explorer
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_explorer_is_a_widget_with_a_png_of_the_figure(make):
+    explorer = make()
+    assert isinstance(explorer, ex.Explorer)
+    assert isinstance(explorer, widgets.VBox)
+    assert explorer.redraw_count == 1
+    image = Image.open(io.BytesIO(explorer.png))
+    width, height = explorer.figure.get_size_inches() * explorer.figure.dpi
+    assert image.size == (round(width), round(height))
+    assert explorer.data["caption"] in explorer._caption.value
+    # The PNG is the drawn canvas: compare pixels with the figure's own buffer.
+    canvas = np.asarray(explorer.figure.canvas.buffer_rgba())[..., :3]
+    np.testing.assert_array_equal(np.asarray(image.convert("RGB")), canvas)
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_moving_any_control_redraws(make):
+    explorer = make()
+    for name, control in explorer.controls.items():
+        before = (explorer.redraw_count, explorer.png)
+        if control.disabled:
+            continue  # e.g. the RoPE base while RoPE is off
+        if isinstance(control, widgets.Checkbox):
+            control.value = not control.value
+        elif hasattr(control, "options"):
+            values = [o[1] if isinstance(o, tuple) else o for o in control.options]
+            others = [v for v in values if v != control.value]
+            if not others:
+                continue
+            control.value = others[-1]
+        else:
+            # One step down from the top (not to the minimum: a 1-token sequence hides the mask).
+            control.value = control.max if control.value != control.max else control.max - control.step
+        assert explorer.redraw_count == before[0] + 1, name
+        assert explorer.png != before[1], f"moving {name} did not change the picture"
+        assert explorer.data[name] == pytest.approx(control.value)
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_unknown_and_impossible_settings_are_refused(make):
+    explorer = make()
+    with pytest.raises(ValueError, match="unknown setting"):
+        explorer.update(no_such_control=1)
+
+
+def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
+    from matplotlib.figure import Figure
+
+    plt.close("all")
+    explorer = ex.heads_explorer()
+    divisors = [1, 2, 3, 4]
+    counts = {}
+    figure_objects = []
+    for move in range(100):
+        if move % 2:
+            explorer.controls["num_heads"].value = divisors[(move // 2) % len(divisors)]
+        else:
+            explorer.controls["seq_len"].value = 3 + (move // 2) % 6  # 4 x 6 layouts: some are evicted
+        key = (explorer.data["num_heads"], explorer.data["seq_len"])
+        counts.setdefault(key, set()).add((len(explorer.figure.axes), len(explorer.figure.findobj())))
+        if move in (49, 99):
+            gc.collect()
+            figure_objects.append(sum(type(o) is Figure for o in gc.get_objects()))
+    assert explorer.redraw_count == 101
+    # No pyplot figure is ever opened...
+    assert plt.get_fignums() == []
+    # ...the off-screen figures (one per recent layout) do not grow with the moves...
+    assert figure_objects[0] == figure_objects[1]
+    assert len(explorer._layouts) <= ex.LAYOUT_CACHE
+    # ...and a layout drawn again holds the same number of axes and artists: nothing piles up.
+    assert all(len(seen) == 1 for seen in counts.values()), counts
+
+
+# ---------------------------------------------------------------- nb01: Q, K, V
+
+
+def test_qkv_weights_match_seed_001_by_hand_and_sharpen_with_the_score_scale():
+    explorer = ex.qkv_explorer()
+    example = money_bank_grows()
+    for head in (1, 2):
+        explorer.controls["head"].value = head
+        e = example.embeddings.numpy()
+        q = e @ example.w_q[head - 1].numpy()
+        k = e @ example.w_k[head - 1].numpy()
+        maxima = []
+        for scale in (0.1, 1.0, 10.0, 100.0, 1000.0):
+            explorer.controls["score_scale"].value = scale
+            expected = softmax_np(scale * (q @ k.T) / math.sqrt(3))
+            np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(explorer.data["weights"].sum(axis=1), 1.0, atol=1e-12)
+            maxima.append(explorer.data["weights"].max())
+            # The right-hand heatmap draws these weights.
+            np.testing.assert_allclose(np.asarray(heatmap_axes(explorer.figure)[1].images[0].get_array()), expected)
+        assert maxima == sorted(maxima) and maxima[-1] > 0.9 and abs(maxima[1] - 1 / 3) < 0.03
+    explorer.controls["head"].value = 1
+    # Seed 001's (correct) Q for "Money" in head 1.
+    np.testing.assert_allclose(explorer.data["q"][0], [0.07, 0.05, 0.04], atol=1e-12)
+
+
+def test_qkv_annotations_show_the_weights():
+    explorer = ex.qkv_explorer(score_scale=100.0)
+    texts = [t.get_text() for t in heatmap_axes(explorer.figure)[1].texts]
+    assert texts == [f"{w:.3f}" for w in explorer.data["weights"].ravel()]
+
+
+def test_qkv_refuses_impossible_settings():
+    with pytest.raises(ValueError, match="head"):
+        ex.qkv_explorer(head=3)
+    with pytest.raises(ValueError, match="score_scale"):
+        ex.qkv_explorer(score_scale=0.0)
+
+
+# ---------------------------------------------------------------- nb02: scaling
+
+
+def test_scaling_divides_scores_by_sqrt_dk_and_keeps_the_softmax_from_saturating():
+    explorer = ex.scaling_explorer(d_k=512, scaled=True)
+    scaled = explorer.data
+    explorer.controls["scaled"].value = False
+    unscaled = explorer.data
+    np.testing.assert_allclose(unscaled["scores"], scaled["scores"] * math.sqrt(512), rtol=1e-6)
+    assert unscaled["score_std"] == pytest.approx(scaled["score_std"] * math.sqrt(512), rel=1e-6)
+    # q.k of unit-variance vectors: std about sqrt(d_k) unscaled, about 1 scaled.
+    assert 0.5 < scaled["score_std"] < 2.0
+    assert unscaled["weights"].max() > 0.99 > scaled["weights"].max()
+    q, k = scaled["q"], scaled["k"]
+    np.testing.assert_allclose(scaled["scores"], q @ k.T / math.sqrt(512), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(scaled["weights"], softmax_np(q @ k.T / math.sqrt(512)), rtol=1e-4, atol=1e-6)
+
+
+def test_scaling_sentence_switch_changes_the_tokens():
+    explorer = ex.scaling_explorer()
+    explorer.controls["sentence"].value = "She loves cats"
+    assert explorer.data["tokens"] == ["She", "loves", "cats"]
+    assert explorer.data["weights"].shape == (3, 3)
+    labels = [t.get_text() for t in heatmap_axes(explorer.figure)[1].get_yticklabels()]
+    assert labels == ["She", "loves", "cats"]
+    with pytest.raises(ValueError, match="d_k"):
+        ex.scaling_explorer(d_k=0)
+
+
+# ---------------------------------------------------------------- nb03: masking
+
+# Seed 002, "masked_attn_wt" (printed to 4 decimals).
+SEED_002_CAUSAL_WEIGHTS = np.array([
+    [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.5043, 0.4957, 0.0000, 0.0000, 0.0000, 0.0000],
+    [0.3362, 0.3307, 0.3330, 0.0000, 0.0000, 0.0000],
+    [0.2487, 0.2458, 0.2465, 0.2589, 0.0000, 0.0000],
+    [0.1939, 0.1937, 0.1947, 0.1993, 0.2183, 0.0000],
+    [0.1631, 0.1602, 0.1607, 0.1722, 0.1778, 0.1660],
+])
+
+
+def test_masking_reproduces_seed_002_and_both_methods_agree():
+    explorer = ex.masking_explorer(method="neg_inf")
+    np.testing.assert_allclose(explorer.data["weights"], SEED_002_CAUSAL_WEIGHTS, atol=5e-5)
+    neg_inf = explorer.data["weights"]
+    explorer.controls["method"].value = "renormalize"
+    np.testing.assert_allclose(explorer.data["weights"], neg_inf, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(explorer.data["weights"].sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_causal_toggle_zeros_the_upper_triangle():
+    explorer = ex.masking_explorer(causal=False)
+    upper = np.triu_indices(6, k=1)
+    assert (explorer.data["weights"][upper] > 0).all()
+    assert explorer.data["mask"].all()
+    explorer.controls["causal"].value = True
+    assert (explorer.data["weights"][upper] == 0).all()
+    np.testing.assert_array_equal(explorer.data["mask"], np.tril(np.ones((6, 6), dtype=bool)))
+    mask_ax, weights_ax = heatmap_axes(explorer.figure)
+    np.testing.assert_array_equal(np.asarray(mask_ax.images[0].get_array()), np.tril(np.ones((6, 6))))
+    np.testing.assert_array_equal(np.asarray(weights_ax.images[0].get_array()), explorer.data["weights"])
+
+
+def test_masking_seq_len_and_dropout():
+    explorer = ex.masking_explorer()
+    explorer.controls["seq_len"].value = 3
+    assert explorer.data["weights"].shape == (3, 3) and explorer.data["tokens"] == ["Your", "journey", "starts"]
+    # A shorter causal sequence is the top-left corner of the longer one.
+    np.testing.assert_allclose(explorer.data["weights"], SEED_002_CAUSAL_WEIGHTS[:3, :3], atol=5e-5)
+    explorer.update(seq_len=6, dropout=0.5)
+    before, after = explorer.data["weights_before_dropout"], explorer.data["weights"]
+    dropped = after == 0
+    kept = ~dropped & (before > 0)
+    assert dropped[before > 0].any() and kept.any()
+    np.testing.assert_allclose(after[kept], before[kept] / (1 - 0.5), rtol=1e-6)
+    # Fixed seed: the same dropout pattern on every redraw, and the caller's RNG is untouched.
+    state = torch.random.get_rng_state()
+    explorer.redraw()
+    np.testing.assert_array_equal(explorer.data["weights"], after)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_masking_refuses_impossible_settings():
+    with pytest.raises(ValueError, match="seq_len"):
+        ex.masking_explorer(seq_len=0)
+    with pytest.raises(ValueError, match="method"):
+        ex.masking_explorer(method="zero")
+    with pytest.raises(ValueError, match="dropout"):
+        ex.masking_explorer(dropout=1.0)
+    explorer = ex.masking_explorer()
+    with pytest.raises(ValueError, match="seq_len"):
+        explorer.update(seq_len=0)
+    assert explorer.controls["seq_len"].min == 1
+
+
+# ---------------------------------------------------------------- nb04: heads
+
+
+def test_heads_from_2_to_4_draws_4_heatmaps_of_the_module_weights():
+    explorer = ex.heads_explorer()
+    assert explorer.data["weights"].shape == (2, 6, 6)
+    explorer.controls["num_heads"].value = 4
+    module, x, expected, output = module_weights(12, 4, 6)
+    assert explorer.data["weights"].shape == (4, 6, 6)
+    np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(explorer.data["output"], output, rtol=1e-6, atol=1e-6)
+    # ...which are softmax(q_h k_h^T / sqrt(d_head)) of the module's own projections, written out here.
+    with torch.no_grad():
+        q = (x @ module.q_weight.T + module.qkv_proj.bias[:12]).numpy().reshape(6, 4, 3).transpose(1, 0, 2)
+        k = (x @ module.k_weight.T + module.qkv_proj.bias[12:24]).numpy().reshape(6, 4, 3).transpose(1, 0, 2)
+    np.testing.assert_allclose(explorer.data["weights"], softmax_np(q @ k.transpose(0, 2, 1) / math.sqrt(3)),
+                               rtol=1e-5, atol=1e-6)
+    panels = heatmap_axes(explorer.figure)
+    assert len(panels) == 4 == explorer.data["panels"]
+    for h, ax in enumerate(panels):
+        np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), explorer.data["weights"][h])
+        assert ax.get_title() == f"head {h + 1}"
+    assert explorer.data["caption"].startswith("4 heads, seq 6")
+
+
+def test_heads_selector_follows_the_number_of_heads():
+    explorer = ex.heads_explorer()
+    assert list(explorer.controls["num_heads"].options) == [1, 2, 3, 4, 6, 12]
+    explorer.controls["num_heads"].value = 6
+    assert [v for _, v in explorer.controls["head"].options] == [1, 2, 3, 4, 5, 6]
+    explorer.controls["head"].value = 5
+    np.testing.assert_array_equal(explorer.data["head_weights"], explorer.data["weights"][4])
+    explorer.controls["num_heads"].value = 3
+    assert explorer.controls["head"].value == 3 and explorer.data["head"] == 3
+    explorer.controls["seq_len"].value = 2
+    _, _, expected, _ = module_weights(12, 3, 2)
+    np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-6, atol=1e-7)
+    assert explorer.data["tokens"] == ["The", "man"]
+
+
+def test_heads_annotates_the_framed_head():
+    explorer = ex.heads_explorer()
+    explorer.update(num_heads=3, head=2)
+    panels = heatmap_axes(explorer.figure)
+    assert [len(ax.texts) for ax in panels] == [0, 36, 0]
+    assert [t.get_text() for t in panels[1].texts] == [f"{w:.2f}" for w in explorer.data["weights"][1].ravel()]
+
+
+def test_heads_refuses_impossible_settings():
+    with pytest.raises(ValueError, match="num_heads"):
+        ex.heads_explorer(num_heads=5)
+    with pytest.raises(ValueError, match="seq_len"):
+        ex.heads_explorer(seq_len=0)
+    with pytest.raises(ValueError, match="head"):
+        ex.heads_explorer(num_heads=2, head=3)
+    explorer = ex.heads_explorer()
+    with pytest.raises(ValueError, match="num_heads"):
+        explorer.update(num_heads=5)
+    assert explorer.data["num_heads"] == 2
+
+
+# ---------------------------------------------------------------- nb05: RoPE
+
+
+def test_rope_explorer_angles_rotations_and_scores():
+    explorer = ex.rope_explorer(d_head=16)
+    explorer.update(base=100.0, pair_index=3, offset=5)
+    data = explorer.data
+    i = np.arange(8)
+    np.testing.assert_allclose(data["frequencies"], 100.0 ** (-2 * i / 16), rtol=1e-6)
+    theta = 100.0 ** (-2 * 3 / 16)
+    positions = np.arange(5, 11)
+    np.testing.assert_allclose(data["angles"], positions * theta, rtol=1e-6)
+    np.testing.assert_allclose(data["rotated"], np.stack([np.cos(positions * theta), np.sin(positions * theta)], 1),
+                               atol=1e-5)
+    # q = k = ones: each pair contributes 2 cos(d theta_i) at distance d.
+    d = np.arange(49)
+    expected = 2 * np.cos(np.outer(d, 100.0 ** (-2 * i / 16))).sum(axis=1)
+    np.testing.assert_allclose(data["scores"], expected, atol=2e-4)
+    # The drawn line is that curve.
+    np.testing.assert_allclose(explorer.figure.axes[2].lines[0].get_ydata(), data["scores"])
+
+
+def test_rope_offset_moves_the_angles_but_not_the_scores():
+    explorer = ex.rope_explorer()
+    scores, angles = explorer.data["scores"], explorer.data["angles"]
+    explorer.controls["offset"].value = 200
+    np.testing.assert_allclose(explorer.data["scores"], scores, atol=1e-3)
+    assert not np.allclose(explorer.data["angles"], angles)
+
+
+def test_rope_refuses_impossible_settings():
+    with pytest.raises(ValueError, match="d_head"):
+        ex.rope_explorer(d_head=15)
+    with pytest.raises(ValueError, match="pair_index"):
+        ex.rope_explorer(d_head=8, pair_index=4)
+    with pytest.raises(ValueError, match="base"):
+        ex.rope_explorer(base=1.0)
+    assert ex.rope_explorer(d_head=8).controls["pair_index"].max == 3
+
+
+# ---------------------------------------------------------------- nb06: the block
+
+
+def test_mhsa_weights_equal_the_module_for_each_setting():
+    explorer = ex.mhsa_explorer()
+    for settings in ({}, {"causal": True}, {"rope": True}, {"rope": True, "num_heads": 2, "seq_len": 8}):
+        explorer.update(**settings)
+        v = explorer.values()
+        _, _, expected, output = module_weights(
+            16, v["num_heads"], v["seq_len"], causal=v["causal"], rope=v["rope"], rope_base=v["base"], max_seq_len=8
+        )
+        np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(explorer.data["output"], output, rtol=1e-6, atol=1e-6)
+        assert len(heatmap_axes(explorer.figure)) == v["num_heads"] + 1  # heads + output
+    assert explorer.data["causal"]
+    upper = np.triu_indices(8, k=1)
+    assert (explorer.data["weights"][:, upper[0], upper[1]] == 0).all()
+
+
+def test_mhsa_rope_offers_only_even_head_sizes():
+    explorer = ex.mhsa_explorer(d_model=16, num_heads=16)
+    assert list(explorer.controls["num_heads"].options) == [1, 2, 4, 8, 16]
+    explorer.controls["rope"].value = True
+    options = list(explorer.controls["num_heads"].options)
+    assert options == [1, 2, 4, 8] and all((16 // h) % 2 == 0 for h in options)
+    assert explorer.data["num_heads"] == 8 and explorer.data["rope"]
+    assert not explorer.controls["base"].disabled
+    explorer.controls["rope"].value = False
+    assert list(explorer.controls["num_heads"].options) == [1, 2, 4, 8, 16]
+    assert explorer.controls["base"].disabled
+
+
+def test_mhsa_rope_changes_weights_and_base_matters():
+    explorer = ex.mhsa_explorer()
+    plain = explorer.data["weights"]
+    explorer.controls["rope"].value = True
+    with_rope = explorer.data["weights"]
+    assert not np.allclose(plain, with_rope)
+    explorer.controls["base"].value = 10.0
+    assert not np.allclose(with_rope, explorer.data["weights"])
+    assert explorer.data["base"] == pytest.approx(10.0)
+
+
+def test_mhsa_refuses_impossible_settings():
+    with pytest.raises(ValueError, match="num_heads"):
+        ex.mhsa_explorer(num_heads=3)
+    with pytest.raises(ValueError, match="d_head"):
+        ex.mhsa_explorer(d_model=18, num_heads=2, rope=True)
+    with pytest.raises(ValueError, match="seq_len"):
+        ex.mhsa_explorer(seq_len=0)
+    explorer = ex.mhsa_explorer(num_heads=16)
+    with pytest.raises(ValueError, match="d_head"):
+        explorer.update(rope=True)
+    # An odd d_model admits no even head size: RoPE cannot be switched on.
+    assert ex.mhsa_explorer(d_model=9, num_heads=3).controls["rope"].disabled
