@@ -1,0 +1,242 @@
+"""Exercise checkers for notebook 03 (causal masking): the causal mask, masked
+attention, and a masked softmax that survives a fully masked row.
+
+Polarity, as everywhere in the package: a boolean mask, ``True`` = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masking import causal_mask, masked_softmax_neg_inf
+from .core import Case, CheckResult, Misconception
+from .qkv import random_tensor, run_checker
+
+__all__ = ["check_causal_mask", "check_masked_attention", "check_masked_softmax", "random_mask"]
+
+POLARITY_NAME = "inverted mask polarity (True = blocked)"
+POLARITY_HINT = (
+    "In this package (and in torch.nn.functional.scaled_dot_product_attention) True means 'may attend'. "
+    "Seed 002 and nn.MultiheadAttention mark *blocked* positions with True/1; such a mask must be "
+    "inverted with ~mask before use."
+)
+AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
+AFTER_SOFTMAX_HINT = (
+    "Zeroing weights after the softmax leaves rows that sum to less than 1 (seed 002's method 1 divides "
+    "each row by its new sum). Simpler: fill blocked *scores* with -inf before the softmax."
+)
+
+
+# ---------------------------------------------------------------- causal mask
+
+
+def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(seq_len)`` must return the boolean ``(seq_len, seq_len)`` causal
+    mask, ``True`` where query ``i`` may attend to key ``j`` (``j <= i``)."""
+    cases = [Case((n,), description=f"seq_len={n}") for n in (1, 3, 6)]
+
+    def ones(n: int) -> torch.Tensor:
+        return torch.ones(n, n, dtype=torch.bool)
+
+    misconceptions = [
+        Misconception(POLARITY_NAME, lambda n: ~causal_mask(n), POLARITY_HINT),
+        Misconception(
+            "blocked the diagonal (a token may attend to itself)",
+            lambda n: ones(n).tril(diagonal=-1),
+            "Position i may see every j <= i, itself included: torch.tril keeps the diagonal by "
+            "default (diagonal=0). Without it the first token would have nothing to attend to.",
+        ),
+        Misconception(
+            "kept the upper triangle (every token sees the future)",
+            lambda n: ones(n).triu(),
+            "Row i is the query, column j the key; a causal query sees the past, j <= i, which is the "
+            "lower triangle: torch.tril.",
+        ),
+        Misconception(
+            "no mask at all (everything may attend)",
+            ones,
+            "A causal mask blocks every key after the query: keep only the lower triangle.",
+        ),
+    ]
+    result = run_checker("causal mask", learner, causal_mask, cases, misconceptions, verbose=False)
+    if result.correct:
+        # The comparison casts to bool, so a correct 0/1 number mask lands here.
+        got = learner(3)
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+            result = CheckResult(
+                "causal mask",
+                "misconception",
+                f"[causal mask] not yet: this looks like 'returned a 0/1 number mask instead of a boolean one' "
+                f"(dtype {got.dtype}). The package's masks are boolean, True = may attend; a number mask is "
+                f"easily read with the opposite polarity. Build it with dtype=torch.bool or call .bool().",
+                misconception="returned a 0/1 number mask instead of a boolean one",
+            )
+    if verbose:
+        print(result.message)
+    return result
+
+
+# ---------------------------------------------------------------- masked attention
+
+
+def random_mask(generator: torch.Generator, *shape: int) -> torch.Tensor:
+    """Random boolean mask ``(..., seq_q, seq_k)`` in which every row has at least one
+    ``True`` and at least one ``False`` (so neither the mask nor its inverse blocks a whole row)."""
+    if shape[-1] < 2:
+        raise ValueError(f"shape[-1] (seq_k) must be >= 2, got shape {shape}")
+    mask = torch.rand(*shape, generator=generator) < 0.5
+    rows = mask.reshape(-1, shape[-1])
+    for row in rows:
+        picks = torch.randperm(shape[-1], generator=generator)[:2]
+        row[picks[0]] = True
+        row[picks[1]] = False
+    return rows.reshape(shape)
+
+
+def _masked_attention_cases() -> list:
+    g = torch.Generator().manual_seed(601)
+    lengths = torch.tensor([3, 5])
+    padding = (torch.arange(6)[None, :] < lengths[:, None])[:, None, :]  # (2, 1, 6): keys < length
+    return [
+        Case(
+            (random_tensor(g, 4, 4), random_tensor(g, 5, 4), random_tensor(g, 5, 3), random_mask(g, 4, 5)),
+            description="q (4, 4), k (5, 4), v (5, 3), mask (4, 5)",
+        ),
+        Case(
+            (random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 2), padding),
+            description="batch with a padding mask (2, 1, 6) for lengths 3 and 5",
+        ),
+        Case(
+            (
+                random_tensor(g, 2, 2, 5, 16),
+                random_tensor(g, 2, 2, 5, 16),
+                random_tensor(g, 2, 2, 5, 8),
+                random_mask(g, 2, 2, 5, 5),
+            ),
+            description="batch and heads: q, k (2, 2, 5, 16), v (2, 2, 5, 8), mask (2, 2, 5, 5)",
+        ),
+    ]
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, divide_by: float) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / divide_by
+
+
+def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(q, k, v, mask)`` must return ``softmax(q kᵀ / √d_k, blocked -> -inf) v``
+    of shape ``(..., seq_q, d_v)``; ``mask`` is boolean, ``True`` = may attend, broadcastable to
+    ``(..., seq_q, seq_k)``. The cases never block a whole row."""
+    cases = _masked_attention_cases()
+
+    def masked(q, k, v, mask, *, divide_by=None, fill=float("-inf"), dim=-1):
+        divide_by = math.sqrt(q.shape[-1]) if divide_by is None else divide_by
+        s = _scores(q, k, divide_by).masked_fill(~mask, fill)
+        return torch.softmax(s, dim=dim) @ v
+
+    misconceptions = [
+        Misconception(
+            AFTER_SOFTMAX_NAME,
+            lambda q, k, v, mask: (torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1) * mask) @ v,
+            AFTER_SOFTMAX_HINT,
+        ),
+        Misconception(POLARITY_NAME, lambda q, k, v, mask: masked(q, k, v, ~mask), POLARITY_HINT),
+        Misconception(
+            "blocked scores set to 0 instead of -inf",
+            lambda q, k, v, mask: masked(q, k, v, mask, fill=0.0),
+            "A score of 0 still gets weight exp(0) = 1 relative to the others; only -inf gives exp(-inf) = 0. "
+            "(Multiplying the scores by a 0/1 mask makes the same mistake.)",
+        ),
+        Misconception(
+            "the mask was not used",
+            lambda q, k, v, mask: scaled_dot_product_attention(q, k, v),
+            "Fill the blocked scores with -inf before the softmax: scores.masked_fill(~mask, float('-inf')).",
+        ),
+        Misconception(
+            "scaled by d_k instead of √d_k",
+            lambda q, k, v, mask: masked(q, k, v, mask, divide_by=q.shape[-1]),
+            "Divide the scores by √d_k, not d_k.",
+        ),
+        Misconception(
+            "no scaling",
+            lambda q, k, v, mask: masked(q, k, v, mask, divide_by=1.0),
+            "Divide the scores by √d_k (d_k = q.shape[-1]) before masking and the softmax.",
+        ),
+        Misconception(
+            "softmax over the wrong dimension",
+            lambda q, k, v, mask: masked(q, k, v, mask, dim=-2),
+            "Each query's row is normalised over the keys: softmax(..., dim=-1).",
+        ),
+    ]
+    return run_checker(
+        "masked attention",
+        learner,
+        lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask),
+        cases,
+        misconceptions,
+        verbose=verbose,
+    )
+
+
+# ---------------------------------------------------------------- masked softmax
+
+
+def _masked_softmax_cases() -> list:
+    g = torch.Generator().manual_seed(701)
+    one_row = random_mask(g, 4, 5)
+    one_row[2] = False  # a query with nothing to attend to
+    # Left padding with a causal mask: sequence 0 starts with two pad tokens, so its
+    # first two queries see only padding -- fully masked rows that occur in practice.
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    real = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    left_padded = causal[None] & real[:, None, :]
+    return [
+        Case((random_tensor(g, 4, 5, scale=2.0), one_row), description="scores (4, 5), row 2 fully masked"),
+        Case((random_tensor(g, 2, 4, 4, scale=2.0), left_padded), description="left padding + causal (2, 4, 4)"),
+        Case(
+            (random_tensor(g, 2, 3, 6, scale=2.0), random_mask(g, 2, 3, 6)),
+            description="scores (2, 3, 6), no fully masked row",
+        ),
+    ]
+
+
+def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(scores, mask)`` must return the softmax of ``scores (..., seq_q, seq_k)``
+    over the keys that ``mask`` allows (``True`` = may attend), zeros elsewhere, and a row of
+    zeros -- never NaN -- for a query whose keys are all blocked."""
+    cases = _masked_softmax_cases()
+
+    def fill_then_softmax(scores, mask, fill=float("-inf")):
+        return torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
+
+    misconceptions = [
+        Misconception(
+            "a fully masked row gives NaN (softmax of a row of -inf)",
+            fill_then_softmax,
+            "When every score in a row is -inf, its max is -inf too, and -inf - (-inf) is NaN; renormalising "
+            "after the softmax divides 0 by 0 instead. Guard that row: subtract 0 instead of an infinite max "
+            "(or divide by 1 where the row sum is 0), so it comes out as zeros.",
+        ),
+        Misconception(
+            "used a large negative number instead of -inf (a fully masked row becomes uniform)",
+            lambda scores, mask: fill_then_softmax(scores, mask, -1e9),
+            "Filling with -1e9 hides the NaN but gives a query with nothing to see equal weight on every "
+            "blocked key -- it attends to padding. Use -inf and guard the fully masked row so it is all zeros.",
+        ),
+        Misconception(
+            AFTER_SOFTMAX_NAME,
+            lambda scores, mask: torch.softmax(scores, dim=-1) * mask,
+            AFTER_SOFTMAX_HINT,
+        ),
+        Misconception(POLARITY_NAME, lambda scores, mask: masked_softmax_neg_inf(scores, ~mask), POLARITY_HINT),
+        Misconception(POLARITY_NAME, lambda scores, mask: fill_then_softmax(scores, ~mask), POLARITY_HINT),
+        Misconception(
+            "blocked scores set to 0 instead of -inf",
+            lambda scores, mask: fill_then_softmax(scores, mask, 0.0),
+            "A blocked score of 0 still gets weight; only -inf gives exp(-inf) = 0.",
+        ),
+    ]
+    return run_checker("masked softmax", learner, masked_softmax_neg_inf, cases, misconceptions, verbose=verbose)

@@ -1,0 +1,225 @@
+"""Exercise checkers for notebook 02 (scaled dot-product attention): the stable
+softmax and attention itself. Each names the misconception a wrong answer matches."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..softmax import softmax
+from .core import Case, CheckResult, Misconception
+from .qkv import WRONG_AXES_HINT, WRONG_AXES_NAME, _square, _wrong_axes, random_tensor, run_checker
+
+__all__ = ["check_softmax", "check_attention"]
+
+
+# ---------------------------------------------------------------- softmax
+
+
+def _naive_softmax(x: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(x)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _softmax_cases() -> tuple:
+    g = torch.Generator().manual_seed(401)
+    extreme = random_tensor(g, 2, 2, 4)
+    # One row far above zero (exp overflows), one far below (exp underflows to 0):
+    # only a per-row max keeps both finite.
+    extreme[0, 0] += 1000.0
+    extreme[1, 1] -= 1000.0
+    cases = [
+        Case((random_tensor(g, 3, 4, scale=2.0),), description="x (3, 4)"),
+        Case((random_tensor(g, 2, 3, 5, scale=2.0),), description="batch: x (2, 3, 5)"),
+        Case((extreme,), description="x (2, 2, 4) with rows near +1000 and -1000"),
+    ]
+    square = [
+        Case(_square((3, 3), seed=402), description="square x (3, 3)"),
+        Case(_square((3, 3, 3), seed=403), description="square x (3, 3, 3)"),
+    ]
+    return cases, square
+
+
+def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(x)`` must return the numerically stable softmax of ``x (..., n)``
+    along the last axis (same shape; each row sums to 1; no overflow for large inputs)."""
+    cases, square = _softmax_cases()
+
+    def global_max(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - x.max())
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def whole_sum_stable(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+        return e / e.sum()
+
+    def whole_sum_naive(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x)
+        return e / e.sum()
+
+    def no_keepdim(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+        return e / e.sum(dim=-1)
+
+    wrong_dim_hint = (
+        "Attention normalises each query's row over the keys, i.e. the last axis: softmax(x, dim=-1). "
+        "Summing over another axis makes columns (or whole batches) sum to 1 instead."
+    )
+    misconceptions = [
+        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=-2), wrong_dim_hint),
+        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=0), wrong_dim_hint),
+        # dim=1 is right for one (seq, n) matrix only; with a batch axis in front it is wrong.
+        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=1), wrong_dim_hint),
+        Misconception(
+            "did not subtract the max: exp overflows to inf and gives NaN",
+            _naive_softmax,
+            "exp(1000) is inf in float64 (and exp(89) already in float32), and inf/inf is NaN. Subtract "
+            "each row's max first: softmax(x - max) == softmax(x), and the largest exponent becomes exp(0) = 1.",
+        ),
+        Misconception(
+            "subtracted one global max instead of each row's max",
+            global_max,
+            "A row far below the global max underflows to all zeros and then divides 0 by 0. Use "
+            "x.amax(dim=-1, keepdim=True): one max per row.",
+        ),
+        Misconception(
+            "summed over the whole tensor (forgot dim=-1 in the sum)",
+            whole_sum_stable,
+            "e.sum() adds up every entry of the tensor, so no row sums to 1. Use e.sum(dim=-1, keepdim=True).",
+        ),
+        Misconception(
+            "summed over the whole tensor (forgot dim=-1 in the sum)",
+            whole_sum_naive,
+            "e.sum() adds up every entry of the tensor, so no row sums to 1. Use e.sum(dim=-1, keepdim=True); "
+            "and subtract each row's max before exp so that large inputs cannot overflow.",
+        ),
+        Misconception(
+            "summed without keepdim=True (the row sums broadcast along the wrong axis)",
+            no_keepdim,
+            "e.sum(dim=-1) drops the summed axis, so dividing lines the row sums up with the columns. "
+            "keepdim=True keeps the shape (..., n, 1) so each row is divided by its own sum.",
+        ),
+    ]
+    return run_checker(
+        "stable softmax", learner, softmax, cases, misconceptions, square_cases=square, verbose=verbose
+    )
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attention_cases() -> tuple:
+    g = torch.Generator().manual_seed(501)
+    cases = [
+        Case(
+            (random_tensor(g, 3, 4), random_tensor(g, 5, 4), random_tensor(g, 5, 2)),
+            description="q (3, 4), k (5, 4), v (5, 2): d_k=4, d_v=2",
+        ),
+        Case(
+            (random_tensor(g, 2, 4, 9), random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 3)),
+            description="batch: q (2, 4, 9), k (2, 6, 9), v (2, 6, 3)",
+        ),
+        Case(
+            (random_tensor(g, 2, 3, 5, 16), random_tensor(g, 2, 3, 5, 16), random_tensor(g, 2, 3, 5, 8)),
+            description="batch and heads: q, k (2, 3, 5, 16), v (2, 3, 5, 8)",
+        ),
+        Case(
+            (random_tensor(g, 4, 6), random_tensor(g, 4, 6), random_tensor(g, 4, 6)),
+            description="self-attention: q, k, v (4, 6)",
+        ),
+    ]
+    square = [
+        Case(_square((3, 3), (3, 3), (3, 3), seed=502), description="square q, k, v (3, 3)"),
+        Case(_square((3, 3, 3), (3, 3, 3), (3, 3, 3), seed=503), description="square q, k, v (3, 3, 3)"),
+        Case(
+            _square((3, 3, 3, 3), (3, 3, 3, 3), (3, 3, 3, 3), seed=504),
+            description="square q, k, v (3, 3, 3, 3)",
+        ),
+    ]
+    return cases, square
+
+
+def _attend(scores: torch.Tensor, v: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(scores, dim=dim) @ v
+
+
+def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(q, k, v)`` with ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
+    ``v (..., seq_k, d_v)`` must return ``softmax(q kᵀ / √d_k) v`` of shape ``(..., seq_q, d_v)``."""
+    cases, square = _attention_cases()
+
+    def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1)
+
+    def with_wrong_axes(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _attend(q @ k_t / math.sqrt(q.shape[-1]), v)
+
+    wrong_dim_hint = (
+        "Each query (row) distributes its attention over the keys (columns): softmax(..., dim=-1). "
+        "Over dim=-2 each *key's* column sums to 1 instead."
+    )
+    misconceptions = [
+        Misconception(
+            "scaled by d_k instead of √d_k",
+            lambda q, k, v: _attend(scores(q, k) / q.shape[-1], v),
+            "The variance of q·k grows like d_k, so its spread grows like √d_k; dividing by √d_k brings it "
+            "back to about 1. Dividing by d_k shrinks the scores too much and flattens the weights.",
+        ),
+        Misconception(
+            "no scaling",
+            lambda q, k, v: _attend(scores(q, k), v),
+            "Divide the scores by √d_k (d_k = q.shape[-1]) before the softmax; without it, large d_k "
+            "pushes the softmax into saturation.",
+        ),
+        Misconception(
+            "scaled by √d_v (the value width) instead of √d_k",
+            lambda q, k, v: _attend(scores(q, k) / math.sqrt(v.shape[-1]), v),
+            "The scores are dot products of d_k-dimensional queries and keys, so the scale is √d_k = "
+            "√(q.shape[-1]); the value width d_v plays no part in the scores.",
+        ),
+        Misconception(
+            "multiplied by √d_k instead of dividing",
+            lambda q, k, v: _attend(scores(q, k) * math.sqrt(q.shape[-1]), v),
+            "The scale is 1/√d_k: divide the scores by √d_k.",
+        ),
+        Misconception(
+            "softmax over the wrong dimension",
+            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=-2),
+            wrong_dim_hint,
+        ),
+        Misconception(
+            "softmax over the wrong dimension",
+            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=0),
+            wrong_dim_hint,
+        ),
+        Misconception(
+            "softmax over the wrong dimension",
+            # dim=1 is the key axis of one (seq_q, seq_k) matrix only; with batch axes in front it is not.
+            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=1),
+            wrong_dim_hint,
+        ),
+        Misconception(
+            "did not transpose K",
+            lambda q, k, v: _attend(q @ k / math.sqrt(q.shape[-1]), v),
+            "Score (i, j) is query i · key j, so K must be transposed: q @ k.transpose(-2, -1).",
+        ),
+        *[Misconception(WRONG_AXES_NAME, _wrong_axes(i, with_wrong_axes), WRONG_AXES_HINT) for i in range(3)],
+        Misconception(
+            "applied the softmax after multiplying by V",
+            lambda q, k, v: torch.softmax((scores(q, k) / math.sqrt(q.shape[-1])) @ v, dim=-1),
+            "The softmax turns the scores into weights; the output is those weights times V: "
+            "softmax(q kᵀ / √d_k) @ v.",
+        ),
+    ]
+    return run_checker(
+        "scaled dot-product attention",
+        learner,
+        scaled_dot_product_attention,
+        cases,
+        misconceptions,
+        square_cases=square,
+        verbose=verbose,
+    )
