@@ -1,0 +1,313 @@
+"""Checkers for notebook 04 (multi-head attention).
+
+Each ``check_*`` function runs the learner's function on cases built from a seeded
+generator, compares with the package, and names the misconception a wrong answer
+matches. The cases always have more than one head *and* more than one position:
+with ``heads == 1`` or ``seq == 1`` a missing transpose changes nothing and would
+go unnoticed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..heads import fused_qkv_per_head_to_stacked, fused_qkv_stacked_to_per_head, merge_heads, split_heads
+from ..mha import multi_head_self_attention
+from .core import Case, CheckResult, Misconception, check_function
+
+__all__ = [
+    "check_split_heads",
+    "check_merge_heads",
+    "check_multi_head_attention",
+    "check_stacked_to_per_head",
+]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# --------------------------------------------------------------- split_heads
+
+
+def _split_view_without_transpose(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    *batch, seq, d_model = x.shape
+    return x.reshape(*batch, num_heads, seq, d_model // num_heads)
+
+
+def _split_no_transpose(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    *batch, seq, d_model = x.shape
+    return x.reshape(*batch, seq, num_heads, d_model // num_heads)
+
+
+def _split_strided(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    # (d_head, heads) instead of (heads, d_head): head i gets features i, i + h, i + 2h, ...
+    *batch, seq, d_model = x.shape
+    return x.reshape(*batch, seq, d_model // num_heads, num_heads).transpose(-1, -2).transpose(-3, -2)
+
+
+SPLIT_HEADS_MISCONCEPTIONS = (
+    Misconception(
+        "view without transpose",
+        _split_view_without_transpose,
+        "Reshaping (..., seq, d_model) straight to (..., heads, seq, d_head) runs without error but "
+        "fills each head with features of *different* positions. View as (..., seq, heads, d_head) "
+        "first, then swap the seq and heads axes with .transpose(-3, -2).",
+    ),
+    Misconception(
+        "missing transpose: heads still after seq",
+        _split_no_transpose,
+        "You cut d_model into (heads, d_head) correctly, but the result is (..., seq, heads, d_head). "
+        "Attention wants each head as its own (seq, d_head) matrix: add .transpose(-3, -2).",
+    ),
+    Misconception(
+        "heads take every h-th feature",
+        _split_strided,
+        "Cut the feature axis as (heads, d_head), not (d_head, heads): head i owns the *consecutive* "
+        "features i*d_head ... (i+1)*d_head - 1, the same rows of W_Q that belong to head i.",
+    ),
+)
+
+
+def _split_cases() -> "list[Case]":
+    g = _generator(4)
+    return [
+        Case((torch.randn(2, 3, 8, generator=g), 2), description="x (batch=2, seq=3, d_model=8), 2 heads"),
+        Case((torch.randn(5, 12, generator=g), 3), description="x (seq=5, d_model=12), 3 heads"),
+        Case((torch.randn(2, 2, 4, 6, generator=g), 2), description="x (2, 2, seq=4, d_model=6), 2 heads"),
+        Case((torch.randn(1, 4, 8, generator=g), 4), description="x (batch=1, seq=4, d_model=8), 4 heads"),
+    ]
+
+
+def check_split_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(x (..., seq, d_model), num_heads) -> (..., heads, seq, d_head)``."""
+    return check_function(
+        "split_heads", learner, split_heads, _split_cases(), SPLIT_HEADS_MISCONCEPTIONS, verbose=verbose
+    )
+
+
+# --------------------------------------------------------------- merge_heads
+
+
+def _merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
+    *batch, heads, seq, d_head = x.shape
+    return x.reshape(*batch, seq, heads * d_head)
+
+
+def _merge_average(x: torch.Tensor) -> torch.Tensor:
+    return x.mean(dim=-3)
+
+
+def _merge_head_major(x: torch.Tensor) -> torch.Tensor:
+    # Concatenates along the sequence axis instead of the features.
+    *batch, heads, seq, d_head = x.shape
+    return x.reshape(*batch, heads * seq, d_head)
+
+
+MERGE_HEADS_MISCONCEPTIONS = (
+    Misconception(
+        "reshape without transposing back",
+        _merge_reshape_without_transpose,
+        "This is seed 004's bug: (..., heads, seq, d_head) reshaped straight to (..., seq, heads*d_head) "
+        "puts features of different positions on one row. Undo the split in reverse order: "
+        ".transpose(-3, -2) back to (..., seq, heads, d_head), then flatten the last two axes.",
+    ),
+    Misconception(
+        "averaged the heads",
+        _merge_average,
+        "Merging concatenates the heads side by side, feature axis after feature axis, giving "
+        "(..., seq, heads * d_head); averaging throws away what each head found separately.",
+    ),
+    Misconception(
+        "concatenated along the sequence axis",
+        _merge_head_major,
+        "The heads go side by side along the features, not one under the other: the result has one "
+        "row per position, (..., seq, heads * d_head).",
+    ),
+)
+
+
+def _merge_cases() -> "list[Case]":
+    g = _generator(40)
+    return [
+        Case((torch.randn(2, 2, 3, 4, generator=g),), description="heads (batch=2, heads=2, seq=3, d_head=4)"),
+        Case((torch.randn(3, 5, 2, generator=g),), description="heads (heads=3, seq=5, d_head=2)"),
+        Case((torch.randn(1, 4, 4, 3, generator=g),), description="heads (batch=1, heads=4, seq=4, d_head=3)"),
+    ]
+
+
+def check_merge_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(x (..., heads, seq, d_head)) -> (..., seq, heads * d_head)``."""
+    return check_function(
+        "merge_heads", learner, merge_heads, _merge_cases(), MERGE_HEADS_MISCONCEPTIONS, verbose=verbose
+    )
+
+
+# --------------------------------------------------- the whole multi-head block
+
+
+def _mha_reference(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    return multi_head_self_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads=num_heads)
+
+
+def _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_heads, transpose_weights=True):
+    def project(w):
+        return x @ (w.T if transpose_weights else w)
+
+    return split(project(q_weight), num_heads), split(project(k_weight), num_heads), split(project(v_weight), num_heads)
+
+
+def _mha_forgot_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
+    return merge_heads(scaled_dot_product_attention(q, k, v))
+
+
+def _mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=_split_view_without_transpose)
+    return _merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+
+
+def _mha_merge_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
+    return _merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+
+
+def _mha_scale_d_model(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
+    d_model = q_weight.shape[0]
+    return merge_heads(scaled_dot_product_attention(q, k, v, scale=d_model**-0.5)) @ o_weight.T
+
+
+def _mha_one_head(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    return _mha_reference(x, q_weight, k_weight, v_weight, o_weight, 1)
+
+
+def _mha_untransposed_weights(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, transpose_weights=False)
+    return merge_heads(scaled_dot_product_attention(q, k, v)) @ o_weight
+
+
+MHA_MISCONCEPTIONS = (
+    Misconception(
+        "forgot W_O",
+        _mha_forgot_w_o,
+        "After concatenating the heads, multiply by the output projection: out = concat @ o_weight.T. "
+        "Without it each output feature comes from a single head and nothing mixes what the heads found.",
+    ),
+    Misconception(
+        "view without transpose",
+        _mha_view_without_transpose,
+        "Splitting with a reshape straight to (..., heads, seq, d_head) (and merging back the same way) "
+        "runs, but mixes positions inside each head. View as (..., seq, heads, d_head) and transpose(-3, -2).",
+    ),
+    Misconception(
+        "merge without transposing back",
+        _mha_merge_without_transpose,
+        "Your split is right, but the head outputs (..., heads, seq, d_head) were reshaped straight to "
+        "(..., seq, d_model) — seed 004's bug. Transpose back to (..., seq, heads, d_head) before flattening.",
+    ),
+    Misconception(
+        "scaled by sqrt(d_model) instead of sqrt(d_head)",
+        _mha_scale_d_model,
+        "Each head is its own attention over d_head features: divide its scores by sqrt(d_head), "
+        "not sqrt(d_model).",
+    ),
+    Misconception(
+        "one head: num_heads ignored",
+        _mha_one_head,
+        "The result equals single-head attention over all d_model features. Split q, k and v into "
+        "num_heads heads before the softmax, so each head gets its own attention weights.",
+    ),
+    Misconception(
+        "weights used as x @ W instead of x @ W.T",
+        _mha_untransposed_weights,
+        "These weights are in nn.Linear's (d_out, d_in) layout: apply them as x @ W.T (or F.linear(x, W)). "
+        "Seed 001 writes E @ W because it stores W as (d_in, d_out).",
+    ),
+)
+
+
+def _mha_cases() -> "list[Case]":
+    g = _generator(404)
+
+    def case(batch, seq, d_model, heads):
+        shape = (*batch, seq, d_model)
+        weights = [torch.randn(d_model, d_model, generator=g) / d_model**0.5 for _ in range(4)]
+        x = 2.0 * torch.randn(*shape, generator=g)
+        return Case(
+            (x, *weights, heads),
+            description=f"x {tuple(shape)}, {heads} heads",
+        )
+
+    return [case((2,), 4, 8, 2), case((), 5, 12, 3), case((1,), 6, 8, 4)]
+
+
+def check_multi_head_attention(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(x (..., seq, d_model), q_weight, k_weight, v_weight, o_weight, num_heads)``.
+
+    Weights are ``(d_model, d_model)`` in ``nn.Linear`` layout (applied as ``x @ W.T``), no biases,
+    no mask. Expected output ``(..., seq, d_model)``.
+    """
+    return check_function(
+        "multi_head_attention", learner, _mha_reference, _mha_cases(), MHA_MISCONCEPTIONS, verbose=verbose
+    )
+
+
+# ------------------------------------------------------ fused QKV row layouts
+
+
+def _fused_unchanged(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    return weight.clone()
+
+
+def _fused_interleave_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    # Treats every single row as a block: q_0, k_0, v_0, q_1, k_1, v_1, ... row by row.
+    d_model = weight.shape[0] // 3
+    return weight.reshape(3, d_model, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+
+
+FUSED_MISCONCEPTIONS = (
+    Misconception(
+        "converted the wrong way (per_head -> stacked)",
+        fused_qkv_per_head_to_stacked,
+        "You applied the inverse re-ordering. Start from the stacked rows indexed (part, head, i) with "
+        "part in q, k, v: reshape to (3, heads, d_head, d_in) and swap the first two axes.",
+    ),
+    Misconception(
+        "layout left unchanged",
+        _fused_unchanged,
+        "The rows must move: stacked is [all of W_Q; all of W_K; all of W_V], per-head is "
+        "[q_0; k_0; v_0; q_1; k_1; v_1; ...] with blocks of d_head rows. A reshape alone never moves a "
+        "row: reshape to (3, heads, d_head, d_in), transpose the first two axes, reshape back.",
+    ),
+    Misconception(
+        "interleaved single rows instead of d_head blocks",
+        _fused_interleave_rows,
+        "The per-head layout moves whole blocks of d_head rows (one head's q, then its k, then its v), "
+        "not one row at a time.",
+    ),
+)
+
+
+def _fused_cases() -> "list[Case]":
+    g = _generator(4004)
+    return [
+        Case((torch.randn(3 * 8, 5, generator=g), 2), description="qkv weight (24, 5), 2 heads of 4"),
+        Case((torch.randn(3 * 8, 3, generator=g), 4), description="qkv weight (24, 3), 4 heads of 2"),
+        Case((torch.randn(3 * 10, generator=g), 5), description="qkv bias (30,), 5 heads of 2"),
+    ]
+
+
+def check_stacked_to_per_head(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(qkv (3 * d_model, ...), num_heads)`` -> the same rows in seed 004's per-head order."""
+    return check_function(
+        "stacked_to_per_head",
+        learner,
+        fused_qkv_stacked_to_per_head,
+        _fused_cases(),
+        FUSED_MISCONCEPTIONS,
+        verbose=verbose,
+    )

@@ -1,0 +1,316 @@
+"""Checkers for notebook 05 (rotary position embeddings).
+
+The cases use positions that do *not* start at 0 and heads of at least 6
+features: at position 0 every rotation is the identity (so a wrong pairing
+convention or a wrong direction would pass), and with ``d_head = 4`` the two
+conversions between pairing conventions happen to be the same permutation.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..rope import RotaryEmbedding, apply_rotary, permute_rope_weight, rope_frequencies
+from .core import Case, CheckResult, Misconception, check_function
+
+__all__ = [
+    "check_rope_frequencies",
+    "check_apply_rope",
+    "check_rope_attention",
+    "check_interleaved_to_half_split",
+]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -------------------------------------------------------------- frequencies
+
+
+def _freq_reference(d_head: int, base: float) -> torch.Tensor:
+    return rope_frequencies(d_head, base)
+
+
+def _freq_i_over_d(d_head: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(d_head // 2, dtype=torch.float64) / d_head)
+
+
+def _freq_per_dimension(d_head: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(d_head, dtype=torch.float64) / d_head)
+
+
+def _freq_positive_exponent(d_head: int, base: float) -> torch.Tensor:
+    return base ** (torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+
+
+def _freq_from_one(d_head: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(2, d_head + 1, 2, dtype=torch.float64) / d_head)
+
+
+FREQUENCY_MISCONCEPTIONS = (
+    Misconception(
+        "exponent -i/d instead of -2i/d",
+        _freq_i_over_d,
+        "The exponent is -2i/d_head for pair i = 0 .. d_head/2 - 1, i.e. -(0, 2, 4, ...)/d_head: "
+        "torch.arange(0, d_head, 2) / d_head. With -i/d the slowest pair turns far too fast.",
+    ),
+    Misconception(
+        "one frequency per dimension, not per pair",
+        _freq_per_dimension,
+        "RoPE rotates *pairs* of features, so there are d_head/2 angles, one per pair: "
+        "use torch.arange(0, d_head, 2), not torch.arange(d_head).",
+    ),
+    Misconception(
+        "positive exponent",
+        _freq_positive_exponent,
+        "theta_i = base ** (-2i/d_head): the minus sign makes the frequencies *fall* from 1 (pair 0, "
+        "one radian per position) to nearly 0 (the last pair).",
+    ),
+    Misconception(
+        "pairs counted from 1",
+        _freq_from_one,
+        "Count pairs from i = 0, so the first frequency is base**0 = 1: torch.arange(0, d_head, 2).",
+    ),
+)
+
+
+def check_rope_frequencies(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(d_head, base) -> theta (d_head // 2,)`` with ``theta_i = base^(-2i/d_head)``."""
+    cases = [
+        Case((8, 10000.0), description="d_head=8, base=10000"),
+        Case((6, 100.0), description="d_head=6, base=100"),
+        Case((16, 500.0), description="d_head=16, base=500"),
+    ]
+    return check_function(
+        "rope_frequencies", learner, _freq_reference, cases, FREQUENCY_MISCONCEPTIONS, verbose=verbose
+    )
+
+
+# ------------------------------------------------------------ applying RoPE
+
+
+def _rope(d_head: int, positions: torch.Tensor, base: float, convention: str = "interleaved") -> RotaryEmbedding:
+    return RotaryEmbedding(d_head, int(positions.max()) + 1, base, convention)
+
+
+def _apply_reference(x, positions, base):
+    return _rope(x.shape[-1], positions, base)(x, positions)
+
+
+def _apply_half_split(x, positions, base):
+    return _rope(x.shape[-1], positions, base, "half_split")(x, positions)
+
+
+def _apply_from_zero(x, positions, base):
+    seq = x.shape[-2]
+    return RotaryEmbedding(x.shape[-1], seq, base)(x)
+
+
+def _apply_wrong_direction(x, positions, base):
+    cos, sin = _rope(x.shape[-1], positions, base).angles_for(positions)
+    return apply_rotary(x, cos, -sin)
+
+
+def _apply_one_frequency(x, positions, base):
+    angles = positions.double()[:, None].expand(-1, x.shape[-1] // 2)
+    return apply_rotary(x, angles.cos().float(), angles.sin().float())
+
+
+def _apply_i_over_d(x, positions, base):
+    angles = positions.double()[:, None] * _freq_i_over_d(x.shape[-1], base)
+    return apply_rotary(x, angles.cos().float(), angles.sin().float())
+
+
+_CONVENTION_HINT = (
+    "This exercise uses the interleaved pairs (x[0], x[1]), (x[2], x[3]), ... (the RoFormer paper, "
+    "Meta's LLaMA code, seed 003). You rotated the half-split pairs (x[i], x[i + d/2]) of Hugging Face's "
+    "rotate_half: identical at position 0, different everywhere after."
+)
+
+APPLY_MISCONCEPTIONS = (
+    Misconception("wrong pairing convention (half-split)", _apply_half_split, _CONVENTION_HINT),
+    Misconception(
+        "positions ignored: counted from 0",
+        _apply_from_zero,
+        "Rotate row j by the angle positions[j] * theta_i, not j * theta_i: a chunk that starts at "
+        "position 5 (or a token decoded after 5 cached ones) must be rotated as position 5.",
+    ),
+    Misconception(
+        "rotated the wrong way",
+        _apply_wrong_direction,
+        "A rotation by +angle maps (a, b) to (a cos - b sin, a sin + b cos); you have the signs of the "
+        "sin terms swapped, which rotates by -angle.",
+    ),
+    Misconception(
+        "same frequency for every pair",
+        _apply_one_frequency,
+        "Each pair i turns at its own speed theta_i = base**(-2i/d_head): the angle is "
+        "position * theta_i, not the same position for every pair.",
+    ),
+    Misconception(
+        "frequencies with exponent -i/d",
+        _apply_i_over_d,
+        "theta_i = base**(-2i/d_head) for pair i (note the 2): torch.arange(0, d_head, 2) / d_head.",
+    ),
+)
+
+
+def _apply_cases() -> "list[Case]":
+    g = _generator(5)
+    return [
+        Case((torch.randn(4, 8, generator=g), torch.tensor([5, 6, 7, 8]), 10000.0),
+             description="x (seq=4, d_head=8), positions 5..8, base 10000"),
+        Case((torch.randn(2, 3, 6, generator=g), torch.tensor([2, 7, 11]), 100.0),
+             description="x (2, seq=3, d_head=6), positions [2, 7, 11], base 100"),
+        Case((torch.randn(1, 2, 5, 8, generator=g), torch.arange(3, 8), 10000.0),
+             description="x (1, 2, seq=5, d_head=8), positions 3..7, base 10000"),
+    ]
+
+
+def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(x (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)`` (interleaved pairs)."""
+    return check_function(
+        "apply_rope", learner, _apply_reference, _apply_cases(), APPLY_MISCONCEPTIONS, verbose=verbose
+    )
+
+
+# -------------------------------------------- RoPE inside attention: q, k only
+
+
+def _attention(q, k, v, positions, base, *, rotate=("q", "k"), convention="interleaved"):
+    rope = _rope(q.shape[-1], positions, base, convention)
+    q = rope(q, positions) if "q" in rotate else q
+    k = rope(k, positions) if "k" in rotate else k
+    v = rope(v, positions) if "v" in rotate else v
+    return scaled_dot_product_attention(q, k, v)
+
+
+def _attention_reference(q, k, v, positions, base):
+    return _attention(q, k, v, positions, base)
+
+
+ROPE_ATTENTION_MISCONCEPTIONS = (
+    Misconception(
+        "RoPE applied to V",
+        lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("q", "k", "v")),
+        "Rotate only the queries and keys: positions should change *who attends to whom* (the scores), "
+        "not the content that is mixed. Rotated values make the output depend on absolute positions.",
+    ),
+    Misconception(
+        "RoPE on the queries only",
+        lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("q",)),
+        "Rotate the keys too: q_m . k_n depends on m - n only when *both* are rotated by their positions.",
+    ),
+    Misconception(
+        "RoPE on the keys only",
+        lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("k",)),
+        "Rotate the queries too: q_m . k_n depends on m - n only when *both* are rotated by their positions.",
+    ),
+    Misconception(
+        "no RoPE at all",
+        lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=()),
+        "The result equals attention without positions: rotate q and k by their positions before the scores.",
+    ),
+    Misconception(
+        "wrong pairing convention (half-split)",
+        lambda q, k, v, p, b: _attention(q, k, v, p, b, convention="half_split"),
+        _CONVENTION_HINT,
+    ),
+)
+
+
+def _attention_cases() -> "list[Case]":
+    g = _generator(55)
+
+    def qkv(*shape):
+        return tuple(torch.randn(*shape, generator=g) for _ in range(3))
+
+    return [
+        Case((*qkv(5, 8), torch.arange(5), 100.0), description="q, k, v (seq=5, d_head=8), positions 0..4"),
+        Case((*qkv(2, 4, 6), torch.tensor([3, 4, 9, 10]), 10000.0),
+             description="q, k, v (heads=2, seq=4, d_head=6), positions [3, 4, 9, 10]"),
+        Case((*qkv(1, 2, 3, 8), torch.arange(6, 9), 10000.0),
+             description="q, k, v (1, 2, seq=3, d_head=8), positions 6..8"),
+    ]
+
+
+def check_rope_attention(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(q, k, v (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)``:
+    attention (no mask, scale ``1/sqrt(d_head)``) with interleaved RoPE on queries and keys."""
+    return check_function(
+        "rope_attention",
+        learner,
+        _attention_reference,
+        _attention_cases(),
+        ROPE_ATTENTION_MISCONCEPTIONS,
+        verbose=verbose,
+    )
+
+
+# ---------------------------------- converting weights between the conventions
+
+
+def _convert_reference(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    return permute_rope_weight(weight, num_heads, "interleaved", "half_split")
+
+
+def _convert_inverse(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    return permute_rope_weight(weight, num_heads, "half_split", "interleaved")
+
+
+def _convert_whole_matrix(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    return permute_rope_weight(weight, 1, "interleaved", "half_split")
+
+
+def _convert_unchanged(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    return weight.clone()
+
+
+CONVERT_MISCONCEPTIONS = (
+    Misconception(
+        "inverse permutation",
+        _convert_inverse,
+        "You applied the half-split -> interleaved order. Interleaved -> half-split gathers, in each head, "
+        "the first member of every pair (rows 0, 2, 4, ...) and then the second members (rows 1, 3, 5, ...).",
+    ),
+    Misconception(
+        "permuted the whole matrix, not each head",
+        _convert_whole_matrix,
+        "RoPE pairs features *within* a head, so permute the d_head rows of each head separately: "
+        "reshape to (num_heads, d_head, ...), reorder the second axis, reshape back.",
+    ),
+    Misconception(
+        "left unchanged",
+        _convert_unchanged,
+        "The rows must be re-ordered so that half-split pairs (j, j + d_head/2) hold what the "
+        "interleaved pairs (2j, 2j + 1) held.",
+    ),
+)
+
+
+def _convert_cases() -> "list[Case]":
+    g = _generator(555)
+    return [
+        Case((torch.randn(2 * 8, 5, generator=g), 2), description="W_Q (2 heads x 8, d_in=5)"),
+        Case((torch.randn(3 * 6, 4, generator=g), 3), description="W_K (3 heads x 6, d_in=4)"),
+        Case((torch.randn(2 * 8, generator=g), 2), description="q bias (2 heads x 8,)"),
+    ]
+
+
+def check_interleaved_to_half_split(
+    learner: Callable[..., torch.Tensor], *, verbose: bool = True
+) -> CheckResult:
+    """Check ``learner(weight (num_heads * d_head, ...), num_heads)`` -> rows re-ordered so that a
+    half-split RoPE model reproduces the interleaved one."""
+    return check_function(
+        "interleaved_to_half_split",
+        learner,
+        _convert_reference,
+        _convert_cases(),
+        CONVERT_MISCONCEPTIONS,
+        verbose=verbose,
+    )

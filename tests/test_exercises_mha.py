@@ -1,0 +1,309 @@
+"""The exercise checkers of notebooks 04-06 name the mistakes they are built to catch.
+
+For each checker: an independent correct solution (written here from torch primitives,
+not taken from the package) is "correct"; a stub is "not_attempted"; hand-written
+versions of the mistakes the issue lists are named; and every misconception the
+checker knows is told apart from the right answer *and* from the others.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mhsa_helpers.exercises import decoding, heads, rope
+from mhsa_helpers.rope import RotaryEmbedding
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ------------------------------------------------ independent correct solutions
+
+
+def split_ok(x, num_heads):
+    *batch, seq, d_model = x.shape
+    return x.reshape(*batch, seq, num_heads, d_model // num_heads).transpose(-3, -2)
+
+
+def merge_ok(x):
+    *batch, heads_, seq, d_head = x.shape
+    return x.transpose(-3, -2).reshape(*batch, seq, heads_ * d_head)
+
+
+def attention_ok(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def mha_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    return merge_ok(attention_ok(q, k, v)) @ o_weight.T
+
+
+def stacked_to_per_head_ok(weight, num_heads):
+    d_model = weight.shape[0] // 3
+    d_head = d_model // num_heads
+    rows = [part * d_model + head * d_head + i for head in range(num_heads) for part in range(3) for i in range(d_head)]
+    return weight[rows]
+
+
+def frequencies_ok(d_head, base):
+    return torch.tensor([base ** (-2 * i / d_head) for i in range(d_head // 2)])
+
+
+def rotate_ok(x, positions, base, pairs="interleaved"):
+    """Rotate pair (a, b) of row j by positions[j] * theta_i, pairs chosen by ``pairs``."""
+    d_head = x.shape[-1]
+    out = x.clone()
+    for j, m in enumerate(positions.tolist()):
+        for i in range(d_head // 2):
+            a, b = (2 * i, 2 * i + 1) if pairs == "interleaved" else (i, i + d_head // 2)
+            angle = m * base ** (-2 * i / d_head)
+            c, s = math.cos(angle), math.sin(angle)
+            xa, xb = x[..., j, a], x[..., j, b]
+            out[..., j, a] = xa * c - xb * s
+            out[..., j, b] = xa * s + xb * c
+    return out
+
+
+def rope_attention_ok(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), v)
+
+
+def interleaved_to_half_split_ok(weight, num_heads):
+    d_head = weight.shape[0] // num_heads
+    order = list(range(0, d_head, 2)) + list(range(1, d_head, 2))
+    return weight[[h * d_head + i for h in range(num_heads) for i in order]]
+
+
+def decoding_mask_ok(num_new, total):
+    past = total - num_new
+    return torch.tensor([[j <= past + i for j in range(total)] for i in range(num_new)])
+
+
+def _base_of(rope_module):
+    return rope_module.base
+
+
+def attend_with_cache_ok(q_new, k_new, v_new, cached_k, cached_v, rope_module):
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(past, past + new)
+    base = _base_of(rope_module)
+    q = rotate_ok(q_new, positions, base)
+    k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
+    v = torch.cat((cached_v, v_new), dim=-2)
+    return attention_ok(q, k, v, decoding_mask_ok(new, past + new))
+
+
+def causal_block_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
+    seq = x.shape[-2]
+    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    positions = torch.arange(seq)
+    q, k = rotate_ok(q, positions, base), rotate_ok(k, positions, base)
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
+
+
+# ---------------------------------------- hand-written versions of listed mistakes
+
+
+def split_view_without_transpose(x, num_heads):
+    *batch, seq, d_model = x.shape
+    return x.view(*batch, num_heads, seq, d_model // num_heads)
+
+
+def mha_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    return merge_ok(attention_ok(q, k, v))
+
+
+def mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    *batch, seq, d_model = x.shape
+    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    return attention_ok(q, k, v).reshape(*batch, seq, d_model) @ o_weight.T
+
+
+def rope_attention_rotating_v(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), rotate_ok(v, positions, base))
+
+
+def apply_rope_half_split(x, positions, base):
+    return rotate_ok(x, positions, base, pairs="half_split")
+
+
+def rope_attention_half_split(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base, "half_split"), rotate_ok(k, positions, base, "half_split"), v)
+
+
+def attend_with_cache_restarting_positions(q_new, k_new, v_new, cached_k, cached_v, rope_module):
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(new)  # the mistake: as if the sequence started again
+    base = _base_of(rope_module)
+    q = rotate_ok(q_new, positions, base)
+    k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
+    v = torch.cat((cached_v, v_new), dim=-2)
+    return attention_ok(q, k, v, decoding_mask_ok(new, past + new))
+
+
+def attend_with_cache_mask_strict(q_new, k_new, v_new, cached_k, cached_v, rope_module):
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(past, past + new)
+    base = _base_of(rope_module)
+    q = rotate_ok(q_new, positions, base)
+    k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
+    v = torch.cat((cached_v, v_new), dim=-2)
+    mask = torch.tensor([[j < past + i for j in range(past + new)] for i in range(new)])  # < instead of <=
+    return attention_ok(q, k, v, mask)
+
+
+def decoding_mask_strict(num_new, total):
+    past = total - num_new
+    return torch.tensor([[j < past + i for j in range(total)] for i in range(num_new)])
+
+
+def decoding_mask_plus_one(num_new, total):
+    past = total - num_new
+    return torch.tensor([[j <= past + i + 1 for j in range(total)] for i in range(num_new)])
+
+
+def causal_block_rotating_v(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
+    seq = x.shape[-2]
+    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    positions = torch.arange(seq)
+    q, k, v = (rotate_ok(t, positions, base) for t in (q, k, v))
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
+
+
+def causal_block_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
+    return causal_block_ok(x, q_weight, k_weight, v_weight, torch.eye(o_weight.shape[0]), num_heads, base)
+
+
+# ------------------------------------------------------------------- the table
+
+CHECKERS = {
+    "split_heads": (heads.check_split_heads, split_ok, heads.SPLIT_HEADS_MISCONCEPTIONS),
+    "merge_heads": (heads.check_merge_heads, merge_ok, heads.MERGE_HEADS_MISCONCEPTIONS),
+    "multi_head_attention": (heads.check_multi_head_attention, mha_ok, heads.MHA_MISCONCEPTIONS),
+    "stacked_to_per_head": (heads.check_stacked_to_per_head, stacked_to_per_head_ok, heads.FUSED_MISCONCEPTIONS),
+    "rope_frequencies": (rope.check_rope_frequencies, frequencies_ok, rope.FREQUENCY_MISCONCEPTIONS),
+    "apply_rope": (rope.check_apply_rope, rotate_ok, rope.APPLY_MISCONCEPTIONS),
+    "rope_attention": (rope.check_rope_attention, rope_attention_ok, rope.ROPE_ATTENTION_MISCONCEPTIONS),
+    "interleaved_to_half_split": (
+        rope.check_interleaved_to_half_split,
+        interleaved_to_half_split_ok,
+        rope.CONVERT_MISCONCEPTIONS,
+    ),
+    "decoding_mask": (decoding.check_decoding_mask, decoding_mask_ok, decoding.MASK_MISCONCEPTIONS),
+    "attend_with_cache": (decoding.check_attend_with_cache, attend_with_cache_ok, decoding.STEP_MISCONCEPTIONS),
+    "causal_mhsa_rope": (decoding.check_causal_mhsa_rope, causal_block_ok, decoding.BLOCK_MISCONCEPTIONS),
+}
+
+# The mistakes the issue asks the checkers to name, written by hand above.
+LISTED_MISTAKES = [
+    ("split_heads", split_view_without_transpose, "view without transpose"),
+    ("multi_head_attention", mha_view_without_transpose, "view without transpose"),
+    ("multi_head_attention", mha_without_w_o, "forgot W_O"),
+    ("rope_attention", rope_attention_rotating_v, "RoPE applied to V"),
+    ("apply_rope", apply_rope_half_split, "wrong pairing convention (half-split)"),
+    ("rope_attention", rope_attention_half_split, "wrong pairing convention (half-split)"),
+    ("attend_with_cache", attend_with_cache_restarting_positions, "RoPE positions restart at 0"),
+    ("attend_with_cache", attend_with_cache_mask_strict, "cache mask off by one: a token cannot see itself"),
+    ("decoding_mask", decoding_mask_strict, "cache mask off by one: a token cannot see itself"),
+    ("decoding_mask", decoding_mask_plus_one, "cache mask off by one: a token sees the next one"),
+    ("causal_mhsa_rope", causal_block_rotating_v, "RoPE applied to V"),
+    ("causal_mhsa_rope", causal_block_without_w_o, "forgot W_O"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_independent_solution_is_correct(name):
+    checker, solution, _ = CHECKERS[name]
+    result = checker(solution, verbose=False)
+    assert result.status == "correct", result.message
+    assert result.correct
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_stub_is_not_attempted(name, capsys):
+    checker, _, _ = CHECKERS[name]
+    result = checker(stub)
+    assert result.status == "not_attempted"
+    assert not result.correct
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "mistake", "expected"), LISTED_MISTAKES, ids=[f"{n}-{e}" for n, _, e in LISTED_MISTAKES])
+def test_listed_mistakes_are_named(name, mistake, expected):
+    checker, _, _ = CHECKERS[name]
+    result = checker(mistake, verbose=False)
+    assert result.status == "misconception", result.message
+    assert result.misconception == expected
+    assert expected in result.message
+
+
+ALL_MISCONCEPTIONS = [(name, m) for name, (_, _, ms) in sorted(CHECKERS.items()) for m in ms]
+
+
+@pytest.mark.parametrize(
+    ("name", "misconception"), ALL_MISCONCEPTIONS, ids=[f"{n}-{m.name}" for n, m in ALL_MISCONCEPTIONS]
+)
+def test_every_misconception_is_told_apart(name, misconception):
+    """Fed as the learner's answer, each known mistake is named as itself: it differs from the
+    right answer on some case, and from every misconception listed before it."""
+    checker, _, _ = CHECKERS[name]
+    result = checker(misconception.implementation, verbose=False)
+    assert result.status == "misconception", result.message
+    assert result.misconception == misconception.name
+    assert misconception.hint in result.message
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_unknown_wrong_answer_is_incorrect(name):
+    checker, solution, _ = CHECKERS[name]
+
+    def off_a_little(*args):
+        out = solution(*args)
+        return torch.zeros_like(out) if out.dtype == torch.bool else 1.5 * out
+
+    result = checker(off_a_little, verbose=False)
+    assert result.status == "incorrect", result.message
+    assert "differs from the reference" in result.message
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_a_crash_is_reported_not_raised(name):
+    checker, _, _ = CHECKERS[name]
+
+    def crashes(*args):
+        raise ValueError("boom")
+
+    result = checker(crashes, verbose=False)
+    assert result.status == "error"
+    assert "ValueError: boom" in result.message
+
+
+def test_scaled_answer_is_incorrect_with_its_case_named():
+    result = heads.check_multi_head_attention(lambda *a: 1.5 * mha_ok(*a), verbose=False)
+    assert result.status == "incorrect"
+    assert "x (2, 4, 8), 2 heads" in result.message
+
+
+def test_decoding_mask_must_be_boolean():
+    result = decoding.check_decoding_mask(lambda n, t: decoding_mask_ok(n, t).float(), verbose=False)
+    assert result.status == "error"
+    assert "boolean mask" in result.message
+
+
+def test_attend_with_cache_cases_have_a_cache():
+    # The listed cache mistakes are invisible on an empty cache; every case must hold past keys.
+    for case in decoding._step_cases():
+        cached_k = case.args[3]
+        assert cached_k.shape[-2] >= 1
+    assert isinstance(decoding._step_cases()[0].args[5], RotaryEmbedding)
