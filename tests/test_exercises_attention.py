@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mhsa_helpers.exercises.core import Case, Misconception
+from mhsa_helpers.exercises.core import Case, Misconception, check_function
 from mhsa_helpers.exercises.masking import (
     check_causal_mask,
     check_masked_attention,
@@ -25,7 +25,6 @@ from mhsa_helpers.exercises.qkv import (
     check_linear_projection,
     check_paper_projection,
     check_scores,
-    run_checker,
 )
 from mhsa_helpers.exercises.scaled_attention import check_attention, check_softmax
 
@@ -420,17 +419,17 @@ def test_random_mask_never_blocks_or_allows_a_whole_row():
         random_mask(g, 3, 1)
 
 
-def test_run_checker_names_a_misconception_that_produces_nan():
+def test_check_function_names_a_misconception_that_produces_nan():
     cases = [Case((torch.tensor([0.0, 1.0]),))]
     nan_mistake = Misconception("divides by zero", lambda x: x / 0.0 * 0.0, "hint")
-    result = run_checker(
+    result = check_function(
         "demo", lambda x: x / 0.0 * 0.0, lambda x: x.clone(), cases, [nan_mistake], verbose=False
     )
     # 0/0 * 0 is NaN, inf * 0 is NaN: without NaN-aware comparison nothing would match.
     assert result.misconception == "divides by zero"
 
 
-def test_run_checker_square_cases_are_only_used_after_a_crash():
+def test_check_function_square_cases_are_only_used_after_a_crash():
     rectangular = [Case((torch.ones(2, 3),))]
     square = [Case((torch.ones(2, 2) * 2,))]
     mistake = Misconception("transposed", lambda x: x.T, "hint")
@@ -438,6 +437,6 @@ def test_run_checker_square_cases_are_only_used_after_a_crash():
     def learner(x):
         return x.T  # the shape differs on the rectangular case: wrong, but no crash
 
-    result = run_checker("demo", learner, lambda x: x.clone(), rectangular, [mistake], square_cases=square, verbose=False)
+    result = check_function("demo", learner, lambda x: x.clone(), rectangular, [mistake], square_cases=square, verbose=False)
     assert result.misconception == "transposed"  # named on the ordinary cases
     assert "rectangular" not in result.message

@@ -5,6 +5,15 @@ with the package's reference, and — when they differ — with a list of known 
 implementations, so it can *name* the misconception ("scaled by d_k instead of
 sqrt(d_k)") instead of only saying "wrong".
 
+How outputs are compared (:func:`check_function`):
+
+* values within ``atol``/``rtol``, after promoting both sides to a common dtype, so a
+  float32 answer may match a float64 reference;
+* NaN is an ordinary value: NaN must sit exactly where the other side has NaN. A
+  misconception that produces NaN (softmax over a row of ``-inf``, ``exp``
+  overflowing) can therefore be named;
+* a boolean tensor only matches a boolean tensor: a 0/1 number mask is not a mask.
+
 A stub that still raises ``NotImplementedError`` is reported as not attempted,
 without raising, so committed notebooks with unsolved stubs run top to bottom.
 """
@@ -16,7 +25,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-__all__ = ["Case", "Misconception", "CheckResult", "check_function"]
+__all__ = ["Case", "Misconception", "CheckResult", "check_function", "random_tensor", "random_tensors"]
 
 
 @dataclass(frozen=True)
@@ -55,12 +64,43 @@ class CheckResult:
         return self.message
 
 
+def random_tensor(generator: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    """Standard-normal float64 values of shape ``shape`` times ``scale``, drawn from ``generator``."""
+    return torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+
+
+def random_tensors(*shapes: Sequence[int], seed: int) -> tuple:
+    """One standard-normal float64 tensor per shape in ``shapes``, drawn from a generator seeded
+    with ``seed`` (handy for the all-axes-equal ``square_cases`` of :func:`check_function`)."""
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(random_tensor(generator, *shape) for shape in shapes)
+
+
+# ------------------------------------------------------------------ comparing outputs
+
+
 def _as_tensors(value: Any) -> List[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
         return list(value)
     raise TypeError(f"expected a tensor (or a tuple of tensors), got {type(value).__name__}")
+
+
+def _is_bool(t: torch.Tensor) -> bool:
+    return t.dtype == torch.bool
+
+
+def _same_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
+    if got.shape != expected.shape:
+        return False
+    if _is_bool(got) != _is_bool(expected):
+        return False  # a 0/1 number tensor is not a mask, and a mask is not a tensor of weights
+    got = got.detach()
+    if _is_bool(expected):
+        return torch.equal(got, expected)
+    common = torch.promote_types(got.dtype, expected.dtype)
+    return torch.allclose(got.to(common), expected.to(common), atol=atol, rtol=rtol, equal_nan=True)
 
 
 def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
@@ -70,18 +110,54 @@ def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
         return False
     if len(got_tensors) != len(expected_tensors):
         return False
-    for g, e in zip(got_tensors, expected_tensors):
-        if g.shape != e.shape:
-            return False
-        if not torch.allclose(g.detach().to(e.dtype), e, atol=atol, rtol=rtol, equal_nan=False):
-            return False
-    return True
+    return all(_same_tensor(g, e, atol, rtol) for g, e in zip(got_tensors, expected_tensors))
+
+
+def _as_numbers(t: torch.Tensor) -> torch.Tensor:
+    # Bool tensors cannot be subtracted; every dtype can be measured in float64 (complex128).
+    return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+
+
+def _difference(got: Any, expected: Any) -> str:
+    """How the first output tensors differ: shapes, dtype kind, NaN positions, largest difference."""
+    try:
+        got_t, exp_t = _as_tensors(got)[0], _as_tensors(expected)[0]
+    except TypeError as exc:
+        return str(exc)
+    detail = f"got shape {tuple(got_t.shape)}, expected shape {tuple(exp_t.shape)}"
+    if got_t.shape != exp_t.shape:
+        return detail
+    if _is_bool(got_t) != _is_bool(exp_t):
+        detail += f", returned dtype {got_t.dtype}, expected {exp_t.dtype}"
+    if got_t.numel() == 0:
+        return detail
+    g, e = _as_numbers(got_t), _as_numbers(exp_t)
+    nan_mismatch = torch.isnan(g) != torch.isnan(e)
+    if nan_mismatch.any():
+        detail += f", NaN at {int(nan_mismatch.sum())} position(s) where the other has a number"
+    # Equal entries (including equal infinities and NaN against NaN) differ by 0, not by inf - inf = NaN.
+    equal = (g == e) | (torch.isnan(g) & torch.isnan(e))
+    gaps = (g - e).abs().masked_fill(equal, 0.0)[~nan_mismatch]
+    if gaps.numel():
+        detail += f", largest difference {float(gaps.max()):.3g}"
+    return detail
+
+
+# ------------------------------------------------------------------ running a check
 
 
 def _call(function: Callable[..., Any], case: Case) -> Any:
     # Clone so an in-place mistake in one implementation cannot corrupt the next call.
     args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
     return function(*args, **case.kwargs)
+
+
+def _runs(function: Callable[..., Any], case: Case) -> bool:
+    try:
+        _call(function, case)
+    except Exception:  # any failure means "this case cannot diagnose it"
+        return False
+    return True
 
 
 def check_function(
@@ -91,6 +167,7 @@ def check_function(
     cases: Sequence[Case],
     misconceptions: Sequence[Misconception] = (),
     *,
+    square_cases: Sequence[Case] = (),
     atol: float = 1e-5,
     rtol: float = 1e-4,
     verbose: bool = True,
@@ -99,17 +176,37 @@ def check_function(
 
     The first case that differs is compared with each misconception in order; the
     first one that reproduces the learner's output *on every case* is named.
+
+    When the learner's function *raises* on some case, it is run again on
+    ``square_cases`` — inputs whose axes all have the same length. A layout or
+    transposition mistake crashes on rectangular shapes but runs silently on square
+    ones; if the outputs there match a misconception, that misconception is named
+    together with the crash.
+
     Prints the result's message when ``verbose`` and returns the :class:`CheckResult`.
     """
+    if not callable(learner):
+        raise TypeError(f"learner must be a function, got {type(learner).__name__}")
     result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol)
+    if result.status == "error" and square_cases:
+        runnable = [case for case in square_cases if _runs(learner, case)]
+        if runnable:
+            square = _check(exercise, learner, reference, runnable, misconceptions, atol, rtol)
+            if square.status == "misconception":
+                crash = result.message.split("] ", 1)[-1]
+                result = CheckResult(
+                    exercise,
+                    "misconception",
+                    f"{square.message} (On rectangular inputs {crash}; on square inputs, where every "
+                    f"axis has the same length, the same mistake runs without an error and gives wrong numbers.)",
+                    misconception=square.misconception,
+                )
     if verbose:
         print(result.message)
     return result
 
 
 def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> CheckResult:
-    if not callable(learner):
-        raise TypeError(f"learner must be a function, got {type(learner).__name__}")
     learner_outputs = []
     for case in cases:
         try:
@@ -144,15 +241,7 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> C
                 misconception=mistake.name,
             )
     case = cases[first_wrong]
-    got, expected = learner_outputs[first_wrong], expected_outputs[first_wrong]
-    detail = ""
-    try:
-        got_t, exp_t = _as_tensors(got)[0], _as_tensors(expected)[0]
-        detail = f"got shape {tuple(got_t.shape)}, expected shape {tuple(exp_t.shape)}"
-        if got_t.shape == exp_t.shape:
-            detail += f", largest difference {float((got_t.detach().to(exp_t.dtype) - exp_t).abs().max()):.3g}"
-    except TypeError as exc:
-        detail = str(exc)
+    detail = _difference(learner_outputs[first_wrong], expected_outputs[first_wrong])
     return CheckResult(
         exercise,
         "incorrect",

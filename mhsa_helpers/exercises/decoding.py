@@ -18,7 +18,7 @@ from ..masking import causal_mask
 from ..mha import multi_head_self_attention
 from ..rope import RotaryEmbedding
 from .core import Case, CheckResult, Misconception, check_function
-from .heads import _merge_reshape_without_transpose, _split_view_without_transpose
+from .heads import merge_reshape_without_transpose, split_view_without_transpose
 
 __all__ = ["check_decoding_mask", "check_attend_with_cache", "check_causal_mhsa_rope"]
 
@@ -89,13 +89,17 @@ MASK_MISCONCEPTIONS = (
 
 
 def _require_bool(learner: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    # A number mask is reported as an error asking for a boolean one, not just as "incorrect":
+    # the next exercise uses the mask with ~mask and masked_fill, which need a boolean tensor.
+    if not callable(learner):
+        return learner  # check_function reports it
+
     def wrapped(*args, **kwargs):
         mask = learner(*args, **kwargs)
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             shown = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise TypeError(f"return a boolean mask (True = may attend), got {shown}")
-        # Compared as 0/1 integers: core's "largest difference" message cannot subtract bools.
-        return mask.long()
+        return mask
 
     return wrapped
 
@@ -114,7 +118,7 @@ def check_decoding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool =
     return check_function(
         "decoding_mask",
         _require_bool(learner),
-        lambda num_new, total: causal_mask(num_new, total).long(),
+        causal_mask,
         cases,
         MASK_MISCONCEPTIONS,
         verbose=verbose,
@@ -288,13 +292,13 @@ BLOCK_MISCONCEPTIONS = (
     ),
     Misconception(
         "view without transpose",
-        lambda *a: _block(*a, split=_split_view_without_transpose, merge=_merge_reshape_without_transpose),
+        lambda *a: _block(*a, split=split_view_without_transpose, merge=merge_reshape_without_transpose),
         "Split with .view(..., seq, heads, d_head).transpose(-3, -2), and merge by transposing back "
         "before flattening; a reshape straight to (..., heads, seq, d_head) mixes positions.",
     ),
     Misconception(
         "merge without transposing back",
-        lambda *a: _block(*a, merge=_merge_reshape_without_transpose),
+        lambda *a: _block(*a, merge=merge_reshape_without_transpose),
         "Transpose the head outputs back to (..., seq, heads, d_head) before flattening (seed 004's bug).",
     ),
 )

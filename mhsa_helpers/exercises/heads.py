@@ -23,6 +23,8 @@ __all__ = [
     "check_merge_heads",
     "check_multi_head_attention",
     "check_stacked_to_per_head",
+    "split_view_without_transpose",
+    "merge_reshape_without_transpose",
 ]
 
 
@@ -33,7 +35,9 @@ def _generator(seed: int) -> torch.Generator:
 # --------------------------------------------------------------- split_heads
 
 
-def _split_view_without_transpose(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+def split_view_without_transpose(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """The "view without transpose" mistake: ``(..., seq, d_model)`` reshaped straight to
+    ``(..., heads, seq, d_head)``, mixing positions into each head (also used by notebook 06's checker)."""
     *batch, seq, d_model = x.shape
     return x.reshape(*batch, num_heads, seq, d_model // num_heads)
 
@@ -52,7 +56,7 @@ def _split_strided(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 SPLIT_HEADS_MISCONCEPTIONS = (
     Misconception(
         "view without transpose",
-        _split_view_without_transpose,
+        split_view_without_transpose,
         "Reshaping (..., seq, d_model) straight to (..., heads, seq, d_head) runs without error but "
         "fills each head with features of *different* positions. View as (..., seq, heads, d_head) "
         "first, then swap the seq and heads axes with .transpose(-3, -2).",
@@ -92,7 +96,9 @@ def check_split_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = T
 # --------------------------------------------------------------- merge_heads
 
 
-def _merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
+def merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
+    """Seed 004's merge mistake: ``(..., heads, seq, d_head)`` reshaped straight to
+    ``(..., seq, heads * d_head)`` without transposing back (also used by notebook 06's checker)."""
     *batch, heads, seq, d_head = x.shape
     return x.reshape(*batch, seq, heads * d_head)
 
@@ -110,7 +116,7 @@ def _merge_head_major(x: torch.Tensor) -> torch.Tensor:
 MERGE_HEADS_MISCONCEPTIONS = (
     Misconception(
         "reshape without transposing back",
-        _merge_reshape_without_transpose,
+        merge_reshape_without_transpose,
         "This is seed 004's bug: (..., heads, seq, d_head) reshaped straight to (..., seq, heads*d_head) "
         "puts features of different positions on one row. Undo the split in reverse order: "
         ".transpose(-3, -2) back to (..., seq, heads, d_head), then flatten the last two axes.",
@@ -166,13 +172,13 @@ def _mha_forgot_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
 
 
 def _mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=_split_view_without_transpose)
-    return _merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_view_without_transpose)
+    return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
 
 
 def _mha_merge_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
-    return _merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+    return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
 
 
 def _mha_scale_d_model(x, q_weight, k_weight, v_weight, o_weight, num_heads):

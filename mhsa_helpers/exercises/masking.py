@@ -13,8 +13,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masking import causal_mask, masked_softmax_neg_inf
-from .core import Case, CheckResult, Misconception
-from .qkv import random_tensor, run_checker
+from .core import Case, CheckResult, Misconception, check_function, random_tensor
 
 __all__ = ["check_causal_mask", "check_masked_attention", "check_masked_softmax", "random_mask"]
 
@@ -33,6 +32,16 @@ AFTER_SOFTMAX_HINT = (
 
 # ---------------------------------------------------------------- causal mask
 
+NUMBER_MASK_NAME = "returned a 0/1 number mask instead of a boolean one"
+
+
+def _as_number_mask(make_mask: Callable[[int], torch.Tensor]) -> Callable[[int], torch.Tensor]:
+    def number_mask(n: int) -> torch.Tensor:
+        # Number answers (int or float) are compared by value, so float32 stands for all of them.
+        return make_mask(n).to(torch.float32)
+
+    return number_mask
+
 
 def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(seq_len)`` must return the boolean ``(seq_len, seq_len)`` causal
@@ -42,7 +51,7 @@ def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, n, dtype=torch.bool)
 
-    misconceptions = [
+    mask_mistakes = [
         Misconception(POLARITY_NAME, lambda n: ~causal_mask(n), POLARITY_HINT),
         Misconception(
             "blocked the diagonal (a token may attend to itself)",
@@ -62,22 +71,20 @@ def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
             "A causal mask blocks every key after the query: keep only the lower triangle.",
         ),
     ]
-    result = run_checker("causal mask", learner, causal_mask, cases, misconceptions, verbose=False)
-    if result.correct:
-        # The comparison casts to bool, so a correct 0/1 number mask lands here.
-        got = learner(3)
-        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
-            result = CheckResult(
-                "causal mask",
-                "misconception",
-                f"[causal mask] not yet: this looks like 'returned a 0/1 number mask instead of a boolean one' "
-                f"(dtype {got.dtype}). The package's masks are boolean, True = may attend; a number mask is "
-                f"easily read with the opposite polarity. Build it with dtype=torch.bool or call .bool().",
-                misconception="returned a 0/1 number mask instead of a boolean one",
-            )
-    if verbose:
-        print(result.message)
-    return result
+    misconceptions = [
+        *mask_mistakes,
+        # The same mistakes built from torch.ones(n, n) without .bool() (seed 002 builds its mask
+        # that way): a bool answer never matches a number one, so each is listed in number form too.
+        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mask_mistakes],
+        Misconception(
+            NUMBER_MASK_NAME,
+            _as_number_mask(causal_mask),
+            "Your mask holds the right 0/1 numbers, but the package's masks are boolean, True = may attend; "
+            "a number mask is easily read with the opposite polarity. Build it with dtype=torch.bool or "
+            "call .bool().",
+        ),
+    ]
+    return check_function("causal mask", learner, causal_mask, cases, misconceptions, verbose=verbose)
 
 
 # ---------------------------------------------------------------- masked attention
@@ -171,7 +178,7 @@ def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True)
             "Each query's row is normalised over the keys: softmax(..., dim=-1).",
         ),
     ]
-    return run_checker(
+    return check_function(
         "masked attention",
         learner,
         lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask),
@@ -239,4 +246,4 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "A blocked score of 0 still gets weight; only -inf gives exp(-inf) = 0.",
         ),
     ]
-    return run_checker("masked softmax", learner, masked_softmax_neg_inf, cases, misconceptions, verbose=verbose)
+    return check_function("masked softmax", learner, masked_softmax_neg_inf, cases, misconceptions, verbose=verbose)

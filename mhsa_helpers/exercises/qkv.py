@@ -1,5 +1,5 @@
-"""Exercise checkers for notebook 01 (Q, K, V by hand), and the checking helpers
-that the attention and masking checkers share.
+"""Exercise checkers for notebook 01 (Q, K, V by hand), and the wrong transpositions
+of K that the score and attention checkers (notebook 02) both know.
 
 Each ``check_*`` function runs the learner's function on generated cases and prints
 (and returns, as a :class:`~mhsa_helpers.exercises.core.CheckResult`) one of: correct,
@@ -9,110 +9,23 @@ not attempted yet, the name of the misconception the answer matches, or a plain
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List
 
 import torch
 import torch.nn.functional as F
 
 from ..attention import attention_scores
-from .core import Case, CheckResult, Misconception, check_function
+from .core import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
 
 __all__ = [
     "check_paper_projection",
     "check_scores",
     "check_linear_projection",
-    "run_checker",
-    "random_tensor",
     "transposed_key_variants",
+    "wrong_axes_misconceptions",
+    "WRONG_AXES_NAME",
+    "WRONG_AXES_HINT",
 ]
-
-# Stands in for NaN while outputs are compared, so that a misconception whose
-# output contains NaN (an unguarded softmax) can still be recognised: NaN never
-# compares equal to NaN, the sentinel does.
-_NAN_SENTINEL = -123456.75
-
-
-def _nan_as_sentinel(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point():
-            return torch.where(torch.isnan(value), torch.full_like(value, _NAN_SENTINEL), value)
-        return value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_nan_as_sentinel(v) for v in value)
-    return value
-
-
-def _comparable(function: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(function)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return _nan_as_sentinel(function(*args, **kwargs))
-
-    return wrapped
-
-
-def _runs(function: Callable[..., Any], case: Case) -> bool:
-    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
-    try:
-        function(*args, **case.kwargs)
-    except Exception:  # any failure means "this case cannot diagnose it"
-        return False
-    return True
-
-
-def run_checker(
-    exercise: str,
-    learner: Callable[..., Any],
-    reference: Callable[..., Any],
-    cases: Sequence[Case],
-    misconceptions: Sequence[Misconception] = (),
-    *,
-    square_cases: Sequence[Case] = (),
-    verbose: bool = True,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-) -> CheckResult:
-    """:func:`~mhsa_helpers.exercises.core.check_function` with two refinements.
-
-    * NaN is compared as an ordinary value, so a misconception that produces NaN
-      (softmax over a row of ``-inf``, ``exp`` overflowing) can be named.
-    * When the learner's function *raises* on some case, it is run again on
-      ``square_cases`` — inputs whose axes all have the same length. A layout or
-      transposition mistake crashes on rectangular shapes but runs silently on
-      square ones; if the outputs there match a misconception, that misconception
-      is named together with the crash.
-    """
-    if not callable(learner):
-        raise TypeError(f"learner must be a function, got {type(learner).__name__}")
-    wrapped = [Misconception(m.name, _comparable(m.implementation), m.hint) for m in misconceptions]
-    comparable_learner, comparable_reference = _comparable(learner), _comparable(reference)
-    result = check_function(
-        exercise, comparable_learner, comparable_reference, cases, wrapped, atol=atol, rtol=rtol, verbose=False
-    )
-    if result.status == "error" and square_cases:
-        runnable = [case for case in square_cases if _runs(learner, case)]
-        if runnable:
-            square = check_function(
-                exercise, comparable_learner, comparable_reference, runnable, wrapped,
-                atol=atol, rtol=rtol, verbose=False,
-            )
-            if square.status == "misconception":
-                crash = result.message.split("] ", 1)[-1]
-                result = CheckResult(
-                    exercise,
-                    "misconception",
-                    f"{square.message} (On rectangular inputs {crash}; on square inputs, where every "
-                    f"axis has the same length, the same mistake runs without an error and gives wrong numbers.)",
-                    misconception=square.misconception,
-                )
-    if verbose:
-        print(result.message)
-    return result
-
-
-def random_tensor(generator: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    """Standard-normal float64 values times ``scale``, drawn from ``generator``."""
-    return torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
 
 
 def transposed_key_variants(k: torch.Tensor) -> list:
@@ -126,18 +39,6 @@ def transposed_key_variants(k: torch.Tensor) -> list:
     ]
 
 
-def _wrong_axes(index: int, use: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Build a misconception that uses the ``index``-th wrong transposition of K."""
-
-    def implementation(q: torch.Tensor, k: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        k_t = transposed_key_variants(k)[index]
-        if k_t is None:
-            raise ValueError("this wrong transposition does not exist for this rank")
-        return use(q, k_t, *rest)
-
-    return implementation
-
-
 WRONG_AXES_NAME = "transposed the wrong axes of K"
 WRONG_AXES_HINT = (
     "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT). k.T reverses every axis of a "
@@ -145,9 +46,22 @@ WRONG_AXES_HINT = (
 )
 
 
-def _square(*shapes: Sequence[int], seed: int) -> tuple:
-    generator = torch.Generator().manual_seed(seed)
-    return tuple(random_tensor(generator, *shape) for shape in shapes)
+def wrong_axes_misconceptions(use: Callable[..., torch.Tensor]) -> List[Misconception]:
+    """One misconception per wrong transposition of K (see :func:`transposed_key_variants`).
+
+    ``use(q, k_t, *rest)`` computes the exercise's answer from ``q`` and an already
+    transposed key ``k_t``; each misconception calls it with a wrong ``k_t``."""
+
+    def with_variant(index: int) -> Callable[..., torch.Tensor]:
+        def implementation(q: torch.Tensor, k: torch.Tensor, *rest: Any) -> torch.Tensor:
+            k_t = transposed_key_variants(k)[index]
+            if k_t is None:
+                raise ValueError("this wrong transposition does not exist for this rank")
+            return use(q, k_t, *rest)
+
+        return implementation
+
+    return [Misconception(WRONG_AXES_NAME, with_variant(i), WRONG_AXES_HINT) for i in range(3)]
 
 
 # ---------------------------------------------------------------- exercise 1
@@ -161,8 +75,8 @@ def _paper_projection_cases() -> tuple:
         Case((random_tensor(g, 4, 5), random_tensor(g, 5, 5)), description="E (4, 5) @ W (5, 5)"),
     ]
     square = [
-        Case(_square((3, 3), (3, 3), seed=102), description="square E (3, 3), W (3, 3)"),
-        Case(_square((3, 3, 3), (3, 3), seed=103), description="square batch E (3, 3, 3), W (3, 3)"),
+        Case(random_tensors((3, 3), (3, 3), seed=102), description="square E (3, 3), W (3, 3)"),
+        Case(random_tensors((3, 3, 3), (3, 3), seed=103), description="square batch E (3, 3, 3), W (3, 3)"),
     ]
     return cases, square
 
@@ -192,7 +106,7 @@ def check_paper_projection(learner: Callable[..., Any], *, verbose: bool = True)
             "output feature is a weighted sum of all input features.",
         ),
     ]
-    return run_checker(
+    return check_function(
         "paper projection E·W",
         learner,
         lambda x, w: F.linear(x, w.mT),  # nn.Linear's layout is the transpose of the paper's
@@ -217,9 +131,9 @@ def _score_cases() -> tuple:
         ),
     ]
     square = [
-        Case(_square((3, 3), (3, 3), seed=202), description="square q, k (3, 3)"),
-        Case(_square((3, 3, 3), (3, 3, 3), seed=203), description="square q, k (3, 3, 3)"),
-        Case(_square((3, 3, 3, 3), (3, 3, 3, 3), seed=204), description="square q, k (3, 3, 3, 3)"),
+        Case(random_tensors((3, 3), (3, 3), seed=202), description="square q, k (3, 3)"),
+        Case(random_tensors((3, 3, 3), (3, 3, 3), seed=203), description="square q, k (3, 3, 3)"),
+        Case(random_tensors((3, 3, 3, 3), (3, 3, 3, 3), seed=204), description="square q, k (3, 3, 3, 3)"),
     ]
     return cases, square
 
@@ -239,7 +153,7 @@ def check_scores(learner: Callable[..., Any], *, verbose: bool = True) -> CheckR
             "Entry (i, j) is the dot product of query row i with key row j, so K must be turned on its "
             "side: q @ k.transpose(-2, -1).",
         ),
-        *[Misconception(WRONG_AXES_NAME, _wrong_axes(i, matmul), WRONG_AXES_HINT) for i in range(3)],
+        *wrong_axes_misconceptions(matmul),
         Misconception(
             "computed K·Qᵀ instead of Q·Kᵀ (rows are keys, not queries)",
             lambda q, k: k @ q.mT,
@@ -258,7 +172,7 @@ def check_scores(learner: Callable[..., Any], *, verbose: bool = True) -> CheckR
             "This step asks for the raw dot products; the division by √d_k comes next.",
         ),
     ]
-    return run_checker(
+    return check_function(
         "raw scores Q·Kᵀ",
         learner,
         lambda q, k: attention_scores(q, k, scale=1.0),
@@ -280,8 +194,8 @@ def _linear_projection_cases() -> tuple:
         Case((random_tensor(g, 5, 4), random_tensor(g, 4, 4)), description="C (5, 4), W_O (4, 4)"),
     ]
     square = [
-        Case(_square((3, 3), (3, 3), seed=302), description="square C (3, 3), W_O (3, 3)"),
-        Case(_square((3, 3, 3), (3, 3), seed=303), description="square batch C (3, 3, 3), W_O (3, 3)"),
+        Case(random_tensors((3, 3), (3, 3), seed=302), description="square C (3, 3), W_O (3, 3)"),
+        Case(random_tensors((3, 3, 3), (3, 3), seed=303), description="square batch C (3, 3, 3), W_O (3, 3)"),
     ]
     return cases, square
 
@@ -305,7 +219,7 @@ def check_linear_projection(learner: Callable[..., Any], *, verbose: bool = True
             "Keep words in rows: c @ w.T.",
         ),
     ]
-    return run_checker(
+    return check_function(
         "output projection C·W_Oᵀ",
         learner,
         F.linear,

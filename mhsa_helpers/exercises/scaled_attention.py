@@ -10,8 +10,8 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..softmax import softmax
-from .core import Case, CheckResult, Misconception
-from .qkv import WRONG_AXES_HINT, WRONG_AXES_NAME, _square, _wrong_axes, random_tensor, run_checker
+from .core import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
+from .qkv import wrong_axes_misconceptions
 
 __all__ = ["check_softmax", "check_attention"]
 
@@ -37,8 +37,8 @@ def _softmax_cases() -> tuple:
         Case((extreme,), description="x (2, 2, 4) with rows near +1000 and -1000"),
     ]
     square = [
-        Case(_square((3, 3), seed=402), description="square x (3, 3)"),
-        Case(_square((3, 3, 3), seed=403), description="square x (3, 3, 3)"),
+        Case(random_tensors((3, 3), seed=402), description="square x (3, 3)"),
+        Case(random_tensors((3, 3, 3), seed=403), description="square x (3, 3, 3)"),
     ]
     return cases, square
 
@@ -103,7 +103,7 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
             "keepdim=True keeps the shape (..., n, 1) so each row is divided by its own sum.",
         ),
     ]
-    return run_checker(
+    return check_function(
         "stable softmax", learner, softmax, cases, misconceptions, square_cases=square, verbose=verbose
     )
 
@@ -132,10 +132,10 @@ def _attention_cases() -> tuple:
         ),
     ]
     square = [
-        Case(_square((3, 3), (3, 3), (3, 3), seed=502), description="square q, k, v (3, 3)"),
-        Case(_square((3, 3, 3), (3, 3, 3), (3, 3, 3), seed=503), description="square q, k, v (3, 3, 3)"),
+        Case(random_tensors((3, 3), (3, 3), (3, 3), seed=502), description="square q, k, v (3, 3)"),
+        Case(random_tensors((3, 3, 3), (3, 3, 3), (3, 3, 3), seed=503), description="square q, k, v (3, 3, 3)"),
         Case(
-            _square((3, 3, 3, 3), (3, 3, 3, 3), (3, 3, 3, 3), seed=504),
+            random_tensors((3, 3, 3, 3), (3, 3, 3, 3), (3, 3, 3, 3), seed=504),
             description="square q, k, v (3, 3, 3, 3)",
         ),
     ]
@@ -206,7 +206,7 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
             lambda q, k, v: _attend(q @ k / math.sqrt(q.shape[-1]), v),
             "Score (i, j) is query i · key j, so K must be transposed: q @ k.transpose(-2, -1).",
         ),
-        *[Misconception(WRONG_AXES_NAME, _wrong_axes(i, with_wrong_axes), WRONG_AXES_HINT) for i in range(3)],
+        *wrong_axes_misconceptions(with_wrong_axes),
         Misconception(
             "applied the softmax after multiplying by V",
             lambda q, k, v: torch.softmax((scores(q, k) / math.sqrt(q.shape[-1])) @ v, dim=-1),
@@ -214,7 +214,7 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
             "softmax(q kᵀ / √d_k) @ v.",
         ),
     ]
-    return run_checker(
+    return check_function(
         "scaled dot-product attention",
         learner,
         scaled_dot_product_attention,
