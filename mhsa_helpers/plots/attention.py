@@ -1,42 +1,33 @@
-"""Matplotlib pictures of attention: weight heatmaps, masks, RoPE rotations, benchmarks.
+"""Heatmaps of attention: one weight matrix, one panel per head, a boolean mask.
 
-Every function accepts torch tensors or numpy arrays (lists work too), draws with
-explicit sizes and no randomness, and returns what it drew on (an ``Axes``, or a
-``Figure`` for :func:`head_grid`). Pass ``ax=`` to draw into your own figure;
-without it a new pyplot figure of a fixed size is made, which Jupyter shows below
-the cell.
-
-Heatmaps put **queries on the rows** and **keys on the columns**: row ``i`` is how
-query ``i`` spreads its attention over the keys, so every row of a weight matrix
-sums to 1.
+Queries are on the rows and keys on the columns, so every row of a weight matrix sums
+to 1. :class:`_Heatmap` and :class:`_HeadGrid` update their pictures in place; the
+explorers keep them and redraw only what changed.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-import matplotlib
 import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Circle, Patch
+from matplotlib.patches import Patch
 
-from .rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
+from ._common import _as_array, _as_matrix, _check_int, _check_tokens, _new_axes
 
 __all__ = [
     "attention_heatmap",
     "head_grid",
     "mask_heatmap",
-    "rope_rotation_arrows",
-    "rope_frequencies_plot",
-    "rope_score_vs_distance",
-    "benchmark_plot",
-    "rotate_pair",
-    "rope_scores",
+    "WEIGHTS_CMAP",
+    "MASK_COLORS",
+    "ANNOTATE_MAX_SEQ",
 ]
+
 
 #: Colormap of attention weights (white = 0, dark blue = 1).
 WEIGHTS_CMAP = "Blues"
@@ -44,61 +35,6 @@ WEIGHTS_CMAP = "Blues"
 MASK_COLORS = ("#d9d9d9", "#2171b5")
 #: Values in heatmap cells are written out up to this many rows/columns.
 ANNOTATE_MAX_SEQ = 8
-
-
-# ----------------------------------------------------------------- input checks
-
-
-def _as_array(name: str, value: object, *, dtype=np.float64) -> np.ndarray:
-    """torch tensor / numpy array / nested list -> numpy array of ``dtype``."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if value.dtype == torch.bfloat16:
-            value = value.float()
-        value = value.numpy()
-    try:
-        array = np.asarray(value, dtype=dtype)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be a torch tensor or numpy array of numbers, got {type(value).__name__}"
-        ) from None
-    return array
-
-
-def _as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) -> np.ndarray:
-    array = _as_array(name, value, dtype=dtype)
-    if array.ndim != 2 or 0 in array.shape:
-        raise ValueError(f"{name} must be a non-empty 2-D array {shape_hint}, got shape {array.shape}")
-    return array
-
-
-def _check_tokens(name: str, tokens: Optional[Sequence[str]], expected: int, what: str) -> Optional[List[str]]:
-    if tokens is None:
-        return None
-    if isinstance(tokens, str):
-        raise TypeError(f"{name} must be a list of strings, one per {what}, got the string {tokens!r}")
-    tokens = [str(t) for t in tokens]
-    if len(tokens) != expected:
-        raise ValueError(f"{name} must hold one label per {what} ({expected}), got {len(tokens)}")
-    return tokens
-
-
-def _check_int(name: str, value: object, low: int, high: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bounds}, got {value}")
-    return value
-
-
-def _new_axes(figsize: Tuple[float, float]) -> Axes:
-    # pyplot (not a bare Figure) so that Jupyter's inline backend shows it.
-    import matplotlib.pyplot as plt
-
-    _, ax = plt.subplots(figsize=figsize)
-    return ax
 
 
 def _heatmap_figsize(seq_q: int, seq_k: int) -> Tuple[float, float]:
@@ -409,199 +345,4 @@ def mask_heatmap(
         ax.xaxis.tick_top()
     if title is not None:
         ax.set_title(title, fontsize=9)
-    return ax
-
-
-# ----------------------------------------------------------------- RoPE
-
-
-def rotate_pair(vector, *, base: float, d_head: int, pair_index: int, positions: Sequence[int]) -> np.ndarray:
-    """Where RoPE moves a 2-D ``vector`` placed in pair ``pair_index`` of a ``d_head`` query,
-    at each of ``positions``: returns ``(len(positions), 2)``, computed by
-    :class:`~mhsa_helpers.rope.RotaryEmbedding` (interleaved pairs)."""
-    vec = _as_array("vector", vector)
-    if vec.shape != (2,):
-        raise ValueError(f"vector must have shape (2,) (one pair of features), got shape {vec.shape}")
-    d_head = _check_int("d_head", d_head, 2)
-    if d_head % 2:
-        raise ValueError(f"d_head must be even for RoPE (features are rotated in pairs), got d_head={d_head}")
-    pair_index = _check_int("pair_index", pair_index, 0, d_head // 2 - 1)
-    positions = _check_positions(positions)
-    rope = RotaryEmbedding(d_head, max_seq_len=max(positions) + 1, base=base)
-    x = torch.zeros(len(positions), d_head, dtype=torch.float64)
-    x[:, 2 * pair_index] = float(vec[0])
-    x[:, 2 * pair_index + 1] = float(vec[1])
-    rotated = rope(x, torch.tensor(positions))
-    return rotated[:, 2 * pair_index : 2 * pair_index + 2].numpy()
-
-
-def _check_positions(positions: Sequence[int]) -> List[int]:
-    if isinstance(positions, torch.Tensor):
-        positions = positions.tolist()
-    try:
-        positions = list(positions)
-    except TypeError:
-        raise TypeError(f"positions must be a list of ints, got {type(positions).__name__}") from None
-    if not positions:
-        raise ValueError("positions must hold at least one position, got an empty list")
-    return [_check_int(f"positions[{i}]", p, 0) for i, p in enumerate(positions)]
-
-
-def rope_rotation_arrows(
-    vector,
-    *,
-    base: float,
-    d_head: int,
-    pair_index: int,
-    positions: Sequence[int],
-    ax: Optional[Axes] = None,
-) -> Axes:
-    """Arrows of one feature pair of a query after RoPE, one arrow per position.
-
-    ``vector (2,)`` is the pair ``(x[2i], x[2i+1])`` with ``i = pair_index``; at position
-    ``m`` it is turned by ``m * theta_i`` with ``theta_i = base^(-2i/d_head)``. The arrows are
-    a quiver (``ax.collections[0]``, components ``U``, ``V``), labelled ``m=...``.
-    """
-    positions = _check_positions(positions)
-    rotated = rotate_pair(vector, base=base, d_head=d_head, pair_index=pair_index, positions=positions)
-    theta = float(rope_frequencies(d_head, base)[pair_index])
-    if ax is None:
-        ax = _new_axes((3.4, 3.4))
-    radius = float(np.hypot(*rotated[0])) or 1.0
-    colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, len(positions)))
-    ax.add_patch(Circle((0.0, 0.0), radius, fill=False, color="#bbbbbb", linestyle="--", linewidth=0.8))
-    ax.quiver(np.zeros(len(positions)), np.zeros(len(positions)), rotated[:, 0], rotated[:, 1],
-              color=colors, angles="xy", scale_units="xy", scale=1.0, width=0.012)
-    for (x, y), m, color in zip(rotated, positions, colors):
-        ax.text(1.12 * x, 1.12 * y, f"m={m}", fontsize=7, ha="center", va="center", color=color)
-    limit = 1.35 * radius
-    ax.set_xlim(-limit, limit)
-    ax.set_ylim(-limit, limit)
-    ax.set_aspect("equal")
-    ax.axhline(0, color="#bbbbbb", linewidth=0.6)
-    ax.axvline(0, color="#bbbbbb", linewidth=0.6)
-    ax.set_xlabel(f"feature {2 * pair_index}", fontsize=8)
-    ax.set_ylabel(f"feature {2 * pair_index + 1}", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.set_title(f"pair {pair_index}: θ = {theta:.3g} rad per position", fontsize=9)
-    return ax
-
-
-def rope_frequencies_plot(d_head: int, base: float, *, ax: Optional[Axes] = None, highlight: Optional[int] = None) -> Axes:
-    """``theta_i = base^(-2i/d_head)`` for each pair ``i`` on a log scale (one line, ``ax.lines[0]``).
-
-    ``highlight`` marks one pair in red.
-    """
-    thetas = rope_frequencies(d_head, base).double().numpy()
-    if ax is None:
-        ax = _new_axes((3.6, 2.8))
-    pairs = np.arange(len(thetas))
-    ax.plot(pairs, thetas, marker="o", markersize=3, color="#2171b5")
-    if highlight is not None:
-        highlight = _check_int("highlight", highlight, 0, len(thetas) - 1)
-        ax.plot([highlight], [thetas[highlight]], marker="o", markersize=7, color="#d62728", linestyle="none")
-    ax.set_yscale("log")
-    ax.set_xlabel("pair i", fontsize=8)
-    ax.set_ylabel("θ_i (rad / position)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.set_title(f"RoPE frequencies, base {base:,.0f}", fontsize=9)
-    return ax
-
-
-def rope_scores(
-    q, k, *, base: float, max_distance: int, convention: str = "interleaved", offset: int = 0
-) -> Tuple[np.ndarray, np.ndarray]:
-    """``(distances, scores)``: ``scores[d] = rope(q, offset + d) . rope(k, offset)`` for
-    ``d = 0 .. max_distance``, computed with :class:`~mhsa_helpers.rope.RotaryEmbedding`
-    in float64. Shapes: ``q, k (d_head,)`` -> two ``(max_distance + 1,)`` arrays."""
-    q_arr = _as_array("q", q)
-    k_arr = _as_array("k", k)
-    if q_arr.ndim != 1 or q_arr.size == 0:
-        raise ValueError(f"q must be a 1-D vector (d_head,), got shape {q_arr.shape}")
-    if k_arr.shape != q_arr.shape:
-        raise ValueError(f"k must have the shape of q {q_arr.shape}, got shape {k_arr.shape}")
-    d_head = q_arr.size
-    if d_head % 2:
-        raise ValueError(f"q must have an even size d_head for RoPE (pairs of features), got d_head={d_head}")
-    max_distance = _check_int("max_distance", max_distance, 0)
-    offset = _check_int("offset", offset, 0)
-    if convention not in ROPE_CONVENTIONS:
-        raise ValueError(f"convention must be one of {ROPE_CONVENTIONS}, got {convention!r}")
-    rope = RotaryEmbedding(d_head, max_seq_len=offset + max_distance + 1, base=base, convention=convention)
-    distances = np.arange(max_distance + 1)
-    q_rot = rope(torch.from_numpy(q_arr).expand(max_distance + 1, d_head), torch.from_numpy(offset + distances))
-    k_rot = rope(torch.from_numpy(k_arr)[None], torch.tensor([offset]))
-    return distances, (q_rot @ k_rot[0]).numpy()
-
-
-def rope_score_vs_distance(
-    q,
-    k,
-    *,
-    base: float,
-    max_distance: int,
-    convention: str = "interleaved",
-    ax: Optional[Axes] = None,
-    offset: int = 0,
-) -> Axes:
-    """The RoPE score ``rope(q, m) . rope(k, n)`` against the distance ``m - n = 0 .. max_distance``
-    (key at position ``offset``). It depends on the distance only, so ``offset`` changes nothing.
-    One line (``ax.lines[0]``); shapes ``q, k (d_head,)``."""
-    distances, scores = rope_scores(q, k, base=base, max_distance=max_distance, convention=convention, offset=offset)
-    if ax is None:
-        ax = _new_axes((4.2, 2.8))
-    ax.plot(distances, scores, color="#2171b5", linewidth=1.4)
-    ax.axhline(0, color="#bbbbbb", linewidth=0.6)
-    ax.set_xlabel("distance m − n", fontsize=8)
-    ax.set_ylabel("q·k after RoPE", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.set_title(f"score vs distance, base {base:,.0f}", fontsize=9)
-    return ax
-
-
-# ----------------------------------------------------------------- benchmarks
-
-
-def benchmark_plot(
-    rows: Sequence[Dict[str, object]],
-    *,
-    x: str = "n",
-    y: str = "median_ms",
-    group: str = "implementation",
-    ax: Optional[Axes] = None,
-    logy: bool = True,
-    logx: Optional[bool] = None,
-) -> Axes:
-    """One line per ``group`` of ``rows`` (e.g. a benchmark table), ``y`` against ``x``.
-
-    Groups keep the order in which they first appear; points are sorted by ``x``.
-    ``logx`` defaults to a log axis when every ``x`` is positive and they span 16x or more.
-    """
-    if isinstance(rows, dict) or not isinstance(rows, Sequence) or len(rows) == 0:
-        raise ValueError(f"rows must be a non-empty list of dicts, got {type(rows).__name__} {rows!r:.60}")
-    series: Dict[object, List[Tuple[float, float]]] = {}
-    for index, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise TypeError(f"rows[{index}] must be a dict, got {type(row).__name__}")
-        missing = [key for key in (x, y, group) if key not in row]
-        if missing:
-            raise ValueError(f"rows[{index}] must have the keys {x!r}, {y!r} and {group!r}, missing {missing}")
-        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))
-    if ax is None:
-        ax = _new_axes((5.0, 3.4))
-    all_x = [px for points in series.values() for px, _ in points]
-    if logx is None:
-        logx = min(all_x) > 0 and max(all_x) / min(all_x) >= 16
-    for name, points in series.items():
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=str(name))
-    if logy:
-        ax.set_yscale("log")
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(x, fontsize=8)
-    ax.set_ylabel(y, fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, title=group, title_fontsize=7)
-    ax.grid(True, which="major", alpha=0.3)
     return ax

@@ -1,0 +1,121 @@
+"""Notebook 05's explorer: rotary position embeddings — the frequencies, the rotation of
+one feature pair along the positions, and the score against the distance."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+
+from ..plots.rope import (
+    rope_frequencies_plot,
+    rope_rotation_arrows,
+    rope_score_vs_distance,
+    rope_scores,
+    rotate_pair,
+)
+from ..rope import rope_frequencies
+from .base import _SLIDER, Explorer, _check_float, _check_int, _log_slider
+
+__all__ = ["rope_explorer"]
+
+
+class _RopeExplorer(Explorer):
+    figsize = (9.0, 3.0)
+
+    def __init__(self, d_head: int, base: float, offset: int, pair_index: int, num_positions: int, max_distance: int):
+        self.d_head, self.num_positions, self.max_distance = d_head, num_positions, max_distance
+        # All-ones q = k, as in RoFormer's long-term-decay figure: the score falls with distance.
+        self.q = torch.ones(d_head, dtype=torch.float64)
+        self.k = torch.ones(d_head, dtype=torch.float64)
+        controls = {
+            "base": _log_slider("base", base, 1.0, 6.0, 0.1, ",.0f"),
+            "offset": widgets.IntSlider(value=offset, min=0, max=256, description="offset", **_SLIDER),
+            "pair_index": widgets.IntSlider(value=pair_index, min=0, max=d_head // 2 - 1, description="pair",
+                                            **_SLIDER),
+        }
+        super().__init__(controls, title=f"Rotary position embeddings (d_head = {d_head})")
+
+    def _check(self, values):
+        _check_float("base", values["base"], 10.0, 1e6)
+        _check_int("offset", values["offset"], 0, 256)
+        _check_int("pair_index", values["pair_index"], 0, self.d_head // 2 - 1, f" (d_head={self.d_head} has {self.d_head // 2} pairs)")
+
+    def _compute(self, values):
+        base, offset, pair = float(values["base"]), values["offset"], values["pair_index"]
+        frequencies = rope_frequencies(self.d_head, base).double().numpy()
+        positions = list(range(offset, offset + self.num_positions))
+        rotated = rotate_pair([1.0, 0.0], base=base, d_head=self.d_head, pair_index=pair, positions=positions)
+        distances, scores = rope_scores(self.q, self.k, base=base, max_distance=self.max_distance, offset=offset)
+        return {
+            "base": base, "offset": offset, "pair_index": pair, "d_head": self.d_head,
+            "frequencies": frequencies, "positions": np.array(positions),
+            "angles": np.array(positions, dtype=np.float64) * frequencies[pair],
+            "rotated": rotated, "distances": distances, "scores": scores,
+        }
+
+    def _build(self, fig, data):
+        # Drawn once with the plotting functions; later redraws move their artists in place.
+        freq_ax = fig.add_axes((0.07, 0.17, 0.25, 0.7))
+        arrow_ax = fig.add_axes((0.4, 0.17, 0.2, 0.7))
+        score_ax = fig.add_axes((0.7, 0.17, 0.28, 0.7))
+        rope_frequencies_plot(self.d_head, data["base"], ax=freq_ax, highlight=data["pair_index"])
+        rope_rotation_arrows([1.0, 0.0], base=data["base"], d_head=self.d_head, pair_index=data["pair_index"],
+                             positions=list(data["positions"]), ax=arrow_ax)
+        rope_score_vs_distance(self.q, self.k, base=data["base"], max_distance=self.max_distance,
+                               offset=data["offset"], ax=score_ax)
+        # Fixed ranges keep the axes (the costly part to draw) the same for every setting:
+        # theta_i lies in [base^-1, 1] with base <= 1e6, and |q.k| <= |q||k| = d_head.
+        freq_ax.set_ylim(5e-7, 2.0)
+        score_ax.set_ylim(-1.05 * self.d_head, 1.05 * self.d_head)
+        arrow_ax.set_xlabel("x[2i]", fontsize=8)
+        arrow_ax.set_ylabel("x[2i+1]", fontsize=8)
+        return freq_ax, arrow_ax, score_ax
+
+    def _dynamic(self, axes):
+        freq_ax, arrow_ax, score_ax = axes
+        return [*freq_ax.lines, freq_ax.title, arrow_ax.collections[0], *arrow_ax.texts, arrow_ax.title,
+                score_ax.lines[0], score_ax.title]
+
+    def _update(self, axes, data):
+        freq_ax, arrow_ax, score_ax = axes
+        frequencies, pair = data["frequencies"], data["pair_index"]
+        line, marker = freq_ax.lines[0], freq_ax.lines[1]
+        line.set_ydata(frequencies)
+        marker.set_data([pair], [frequencies[pair]])
+        freq_ax.set_title(f"RoPE frequencies, base {data['base']:,.0f}", fontsize=9)
+        rotated = data["rotated"]
+        arrow_ax.collections[0].set_UVC(rotated[:, 0], rotated[:, 1])
+        for text, (x, y), m in zip(arrow_ax.texts, rotated, data["positions"]):
+            text.set_position((1.12 * x, 1.12 * y))
+            text.set_text(f"m={m}")
+        arrow_ax.set_title(f"pair {pair}: θ = {frequencies[pair]:.3g} rad per position", fontsize=9)
+        score_ax.lines[0].set_ydata(data["scores"])
+        score_ax.set_title(f"score vs distance (keys at {data['offset']}+)", fontsize=9)
+
+    def _caption_text(self, data):
+        return (f"base {data['base']:,.0f} · positions {data['offset']}–{data['offset'] + self.num_positions - 1} · "
+                f"pair {data['pair_index']} turns {data['frequencies'][data['pair_index']]:.3g} rad per position · "
+                f"score at distance 0: {data['scores'][0]:.2f}")
+
+
+def rope_explorer(
+    d_head: int = 16, *, base: float = 10000.0, offset: int = 0, pair_index: int = 0,
+    num_positions: int = 6, max_distance: int = 48,
+) -> Explorer:
+    """RoPE's frequencies ``theta_i = base^(-2i/d_head)``, the rotation of pair ``pair_index`` at
+    positions ``offset .. offset + num_positions - 1``, and the score ``rope(q, offset+d)·rope(k, offset)``
+    of all-ones ``q = k`` against the distance ``d`` — unchanged by ``offset``: RoPE scores depend on
+    relative positions only.
+
+    data: ``frequencies`` (d_head/2,), ``positions``, ``angles`` (radians, ``positions * theta``),
+    ``rotated`` (num_positions, 2), ``distances``, ``scores`` (max_distance + 1,).
+    """
+    if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or not 2 <= d_head <= 256 or d_head % 2:
+        raise ValueError(f"d_head must be an even int in [2, 256] (RoPE rotates pairs of features), got d_head={d_head!r}")
+    _check_float("base", base, 10.0, 1e6)
+    _check_int("offset", offset, 0, 256)
+    _check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
+    _check_int("num_positions", num_positions, 1, 16)
+    _check_int("max_distance", max_distance, 1, 1024)
+    return _RopeExplorer(int(d_head), float(base), int(offset), int(pair_index), int(num_positions), int(max_distance))

@@ -1,0 +1,99 @@
+"""Notebook 02's explorer: why the scores are divided by ``√d_k`` — the spread of ``q·k``
+grows with ``d_k`` and saturates the softmax unless scaled."""
+
+from __future__ import annotations
+
+import math
+
+import ipywidgets as widgets
+import numpy as np
+
+from ..attention import attention_scores
+from ..examples import sentence_embeddings
+from ..plots.attention import _Heatmap
+from ..softmax import softmax
+from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_choice, _check_int, _numpy
+
+__all__ = ["scaling_explorer"]
+
+
+class _ScalingExplorer(Explorer):
+    figsize = (7.5, 3.3)
+
+    def __init__(self, d_k: int, sentence: str, scaled: bool) -> None:
+        controls = {
+            "d_k": widgets.IntSlider(value=d_k, min=1, max=512, step=1, description="d_k", **_SLIDER),
+            "sentence": widgets.Dropdown(options=list(SCALING_SENTENCES), value=sentence, description="sentence",
+                                         style={"description_width": "initial"}),
+            "scaled": widgets.Checkbox(value=scaled, description="divide by √d_k", indent=False),
+        }
+        super().__init__(controls, title="Why divide the scores by √d_k?")
+
+    def _check(self, values):
+        _check_int("d_k", values["d_k"], 1, 512)
+        _check_choice("sentence", values["sentence"], SCALING_SENTENCES)
+        if not isinstance(values["scaled"], bool):
+            raise ValueError(f"scaled must be True or False, got {values['scaled']!r}")
+
+    def _compute(self, values):
+        d_k, sentence, scaled = values["d_k"], values["sentence"], values["scaled"]
+        # Query and key vectors with independent unit-variance entries, fixed per word.
+        tokens, q = sentence_embeddings(sentence, d_k, seed=1)
+        _, k = sentence_embeddings(sentence, d_k, seed=2)
+        scores = attention_scores(q, k, scale=None if scaled else 1.0)
+        weights = softmax(scores)
+        return {
+            "tokens": list(tokens), "d_k": d_k, "sentence": sentence, "scaled": scaled,
+            "q": _numpy(q), "k": _numpy(k), "scores": _numpy(scores), "weights": _numpy(weights),
+            "score_std": float(scores.double().std(correction=0)),
+            # Var(q.k) = d_k for unit-variance entries; dividing by sqrt(d_k) brings it back to 1.
+            "expected_std": 1.0 if scaled else math.sqrt(d_k),
+        }
+
+    def _layout(self, data):
+        return data["sentence"]
+
+    def _build(self, fig, data):
+        tokens = data["tokens"]
+        left = fig.add_axes((0.14, 0.2, 0.33, 0.62))
+        right = fig.add_axes((0.64, 0.2, 0.33, 0.62))
+        scores = _Heatmap(left, data["scores"], row_labels=tokens, col_labels=tokens, cmap="coolwarm",
+                          vmin=None, vmax=None, annotate=False, fontsize=7)
+        weights = _Heatmap(right, data["weights"], row_labels=tokens, col_labels=tokens, cmap="Blues",
+                           vmin=0.0, vmax=1.0, annotate=True, fmt="{:.2f}", fontsize=7)
+        right.set_title("weights (softmax of each row)", fontsize=9)
+        return scores, weights
+
+    def _update(self, artists, data):
+        scores, weights = artists
+        # A colour range symmetric about 0 keeps white = 0 whatever d_k is.
+        bound = float(np.abs(data["scores"]).max()) or 1.0
+        scores._fixed = (-bound, bound)
+        scores.image.set_clim(-bound, bound)
+        scores.set_values(data["scores"])
+        weights.set_values(data["weights"])
+        what = "q·k / √d_k" if data["scaled"] else "q·k (not scaled)"
+        scores.ax.set_title(f"scores {what}: from {data['scores'].min():.1f} to {data['scores'].max():.1f}", fontsize=9)
+
+    def _dynamic(self, artists):
+        scores, weights = artists
+        return [*scores.dynamic(), *weights.dynamic(), scores.ax.title]
+
+    def _caption_text(self, data):
+        how = "divided by √d_k" if data["scaled"] else "not scaled"
+        return (f"d_k = {data['d_k']} · {how} · score std {data['score_std']:.2f} "
+                f"(expected about {data['expected_std']:.2f}) · largest weight {data['weights'].max():.2f}")
+
+
+def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], scaled: bool = True) -> Explorer:
+    """Random queries and keys with ``d_k`` unit-variance features (fixed per word): the
+    spread of ``q·k`` grows like ``√d_k`` and saturates the softmax unless divided by ``√d_k``.
+
+    data: ``tokens``, ``q``, ``k`` (seq, d_k), ``scores`` and ``weights`` (seq, seq),
+    ``score_std`` (population std of the scores), ``expected_std`` (``√d_k`` or 1).
+    """
+    _check_int("d_k", d_k, 1, 512)
+    _check_choice("sentence", sentence, SCALING_SENTENCES)
+    if not isinstance(scaled, bool):
+        raise ValueError(f"scaled must be True or False, got {scaled!r}")
+    return _ScalingExplorer(int(d_k), sentence, scaled)
