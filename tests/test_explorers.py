@@ -425,3 +425,13 @@ def test_mhsa_refuses_impossible_settings():
         explorer.update(rope=True)
     # An odd d_model admits no even head size: RoPE cannot be switched on.
     assert ex.mhsa_explorer(d_model=9, num_heads=3).controls["rope"].disabled
+
+
+def test_update_turns_rope_off_before_choosing_a_head_count_only_valid_without_it():
+    # d_model 16, 16 heads -> d_head 1, which RoPE cannot rotate: only valid once RoPE is off.
+    explorer = ex.mhsa_explorer()
+    explorer.update(rope=True)
+    assert 16 not in explorer.controls["num_heads"].options
+    explorer.update(rope=False, num_heads=16)
+    assert explorer.controls["num_heads"].value == 16
+    assert explorer.data["weights"].shape[0] == 16

@@ -119,6 +119,9 @@ class Explorer(widgets.VBox):
     """
 
     figsize: Tuple[float, float] = (7.5, 3.6)
+    #: Controls that change which values other controls offer (e.g. RoPE on/off changes the
+    #: head counts on offer); ``update`` sets them before the rest.
+    options_controls: Tuple[str, ...] = ()
 
     def __init__(self, controls: Dict[str, widgets.Widget], *, title: str) -> None:
         self.controls: Dict[str, widgets.Widget] = dict(controls)
@@ -160,8 +163,10 @@ class Explorer(widgets.VBox):
         self._check(merged)
         self._batch += 1
         try:
-            # In the controls' own order, so that e.g. num_heads widens the head selector first.
-            for name in self.controls:
+            # Option-changing controls first, then the controls' own order, so that e.g. num_heads
+            # widens the head selector before the head is chosen.
+            order = [*self.options_controls, *(n for n in self.controls if n not in self.options_controls)]
+            for name in order:
                 if name in values:
                     self.controls[name].value = values[name]
         finally:

@@ -31,6 +31,7 @@ __all__ = ["mhsa_explorer"]
 
 
 class _MHSAExplorer(Explorer):
+    options_controls = ("rope",)  # RoPE needs an even d_head, so it narrows the head counts
     figsize = (8.5, 3.9)
 
     def __init__(self, d_model: int, num_heads: int, seq_len: int, rope: bool, base: float, causal: bool) -> None:
