@@ -55,6 +55,10 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"q and k must hold at least one position (seq >= 1), got q shape {tuple(q.shape)} "
             f"and k shape {tuple(k.shape)}"
         )
+    if q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        # The usual case, and torch.broadcast_shapes costs ~10 us a call (most of this
+        # function's overhead on the fast path), so equal batch shapes skip it.
+        return
     try:
         torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
@@ -107,8 +111,8 @@ def scaled_dot_product_attention(
     _check_qkv(q, k, v)
     dropout_p = check_probability("dropout_p", dropout_p)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     if mask is not None:
+        batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         check_bool_mask("mask", mask, (*batch_shape, seq_q, seq_k), "(..., seq_q, seq_k)")
     if is_causal and seq_q > seq_k:
         raise ValueError(
