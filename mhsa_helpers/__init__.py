@@ -10,7 +10,13 @@ Small modules, one idea each:
 * :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding;
 * :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its loaders;
 * :mod:`~mhsa_helpers.examples` — the toy sentences and matrices of the seed documents;
-* :mod:`~mhsa_helpers.devices` — picking the GPU when there is one.
+* :mod:`~mhsa_helpers.devices` — picking the GPU when there is one;
+* :mod:`~mhsa_helpers.plots` and :mod:`~mhsa_helpers.explorers` — the notebooks' pictures and sliders;
+* :mod:`~mhsa_helpers.exercises` — checkers that name the misconception behind a wrong answer;
+* :mod:`~mhsa_helpers.benchmarking` — the implementations and timers behind ``benchmarks/``.
+
+``plots``, ``explorers``, ``exercises`` and ``benchmarking`` are imported on demand
+(``from mhsa_helpers import explorers``), so ``import mhsa_helpers`` stays light.
 """
 
 from . import examples
