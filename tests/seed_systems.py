@@ -1,6 +1,6 @@
 """The attention code of the seed documents, copied as printed, for tests/test_seeds.py.
 
-Source: /work/shared/seeds/ (read-only). Every class and function below is the seed's
+Source: the seed documents in ``shared/seeds/`` beside the repository (read-only). Every class and function below is the seed's
 code as printed, quirks and mistakes included, with a comment naming the seed file and
 its notebook cell. Only three kinds of change were made, each marked where it happens:
 
@@ -30,7 +30,7 @@ import torch.nn.functional as Func  # seed 004 imports functional under this nam
 from torch import Tensor  # seed 003's annotations (its unused jaxtyping import is left out)
 
 # =====================================================================================
-# Seed 000 — /work/shared/seeds/000_f46476d3c101b826.txt
+# Seed 000 — shared/seeds/000_f46476d3c101b826.txt
 # =====================================================================================
 
 
@@ -85,7 +85,7 @@ class Seed000MultiHeadAttention(torch.nn.Module):
 
 
 # =====================================================================================
-# Seed 002 — /work/shared/seeds/002_4909e63a26f417f5.txt
+# Seed 002 — shared/seeds/002_4909e63a26f417f5.txt
 # =====================================================================================
 
 
@@ -193,7 +193,7 @@ class Seed002MultiHeadAttention(nn.Module):
 
 
 # =====================================================================================
-# Seed 003 — /work/shared/seeds/003_4b0ae511340a3373.txt
+# Seed 003 — shared/seeds/003_4b0ae511340a3373.txt
 # =====================================================================================
 #
 # RECONSTRUCTION (not seed text): seed 003 imports these three from ``cs336_basics``
@@ -333,7 +333,7 @@ class MultiHeadSelfAttentionRoPE(nn.Module):
 
 
 # =====================================================================================
-# Seed 004 — /work/shared/seeds/004_8b0f86bcd5639aab.txt
+# Seed 004 — shared/seeds/004_8b0f86bcd5639aab.txt
 # =====================================================================================
 
 
