@@ -20,7 +20,10 @@ from mhsa_helpers.exercises.core import (
     random_tensors,
 )
 
-NOT_ATTEMPTED = "[demo] not attempted yet: replace the `raise NotImplementedError` line."
+NOT_ATTEMPTED = (
+    "[demo] not attempted yet: replace the `raise NotImplementedError` line "
+    "(or a function it calls still raises NotImplementedError)."
+)
 
 
 def stub(*args):

@@ -129,6 +129,12 @@ def mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_he
     return attention_ok(q, k, v).reshape(*batch, seq, d_model) @ o_weight.T
 
 
+def mha_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    # Split with a plain view (no transpose) but merge correctly: positions mix inside each head.
+    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    return merge_ok(attention_ok(q, k, v)) @ o_weight.T
+
+
 def rope_attention_rotating_v(q, k, v, positions, base):
     return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), rotate_ok(v, positions, base))
 
@@ -181,6 +187,15 @@ def causal_block_rotating_v(x, q_weight, k_weight, v_weight, o_weight, num_heads
     return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
 
 
+def causal_block_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
+    seq = x.shape[-2]
+    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    positions = torch.arange(seq)
+    q, k = rotate_ok(q, positions, base), rotate_ok(k, positions, base)
+    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
+
+
 def causal_block_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
     return causal_block_ok(x, q_weight, k_weight, v_weight, torch.eye(o_weight.shape[0]), num_heads, base)
 
@@ -209,6 +224,7 @@ CHECKERS = {
 LISTED_MISTAKES = [
     ("split_heads", split_view_without_transpose, "view without transpose"),
     ("multi_head_attention", mha_view_without_transpose, "view without transpose"),
+    ("multi_head_attention", mha_split_view_merge_ok, "view without transpose when splitting (merge correct)"),
     ("multi_head_attention", mha_without_w_o, "forgot W_O"),
     ("rope_attention", rope_attention_rotating_v, "RoPE applied to V"),
     ("apply_rope", apply_rope_half_split, "wrong pairing convention (half-split)"),
@@ -219,6 +235,7 @@ LISTED_MISTAKES = [
     ("decoding_mask", decoding_mask_plus_one, "cache mask off by one: a token sees the next one"),
     ("causal_mhsa_rope", causal_block_rotating_v, "RoPE applied to V"),
     ("causal_mhsa_rope", causal_block_without_w_o, "forgot W_O"),
+    ("causal_mhsa_rope", causal_block_split_view_merge_ok, "view without transpose when splitting (merge correct)"),
 ]
 
 

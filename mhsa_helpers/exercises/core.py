@@ -213,7 +213,10 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> C
             learner_outputs.append(_call(learner, case))
         except NotImplementedError:
             return CheckResult(
-                exercise, "not_attempted", f"[{exercise}] not attempted yet: replace the `raise NotImplementedError` line."
+                exercise,
+                "not_attempted",
+                f"[{exercise}] not attempted yet: replace the `raise NotImplementedError` line "
+                "(or a function it calls still raises NotImplementedError).",
             )
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
             return CheckResult(

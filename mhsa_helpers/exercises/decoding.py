@@ -297,6 +297,12 @@ BLOCK_MISCONCEPTIONS = (
         "before flattening; a reshape straight to (..., heads, seq, d_head) mixes positions.",
     ),
     Misconception(
+        "view without transpose when splitting (merge correct)",
+        lambda *a: _block(*a, split=split_view_without_transpose),
+        "Your merge is right, but the split reshapes (..., seq, d_model) straight to (..., heads, seq, d_head), "
+        "which mixes positions inside each head: view as (..., seq, heads, d_head), then .transpose(-3, -2).",
+    ),
+    Misconception(
         "merge without transposing back",
         lambda *a: _block(*a, merge=merge_reshape_without_transpose),
         "Transpose the head outputs back to (..., seq, heads, d_head) before flattening (seed 004's bug).",

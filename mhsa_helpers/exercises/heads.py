@@ -176,6 +176,11 @@ def _mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_h
     return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
 
 
+def _mha_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_view_without_transpose)
+    return merge_heads(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+
+
 def _mha_merge_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
     return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
@@ -208,6 +213,13 @@ MHA_MISCONCEPTIONS = (
         _mha_view_without_transpose,
         "Splitting with a reshape straight to (..., heads, seq, d_head) (and merging back the same way) "
         "runs, but mixes positions inside each head. View as (..., seq, heads, d_head) and transpose(-3, -2).",
+    ),
+    Misconception(
+        "view without transpose when splitting (merge correct)",
+        _mha_split_view_merge_ok,
+        "Your merge is right, but the split reshapes (..., seq, d_model) straight to (..., heads, seq, d_head): "
+        "it runs, but fills each head with features of different positions. View as (..., seq, heads, d_head) "
+        "first, then .transpose(-3, -2).",
     ),
     Misconception(
         "merge without transposing back",

@@ -127,7 +127,7 @@ def _apply_i_over_d(x, positions, base):
 
 _CONVENTION_HINT = (
     "This exercise uses the interleaved pairs (x[0], x[1]), (x[2], x[3]), ... (the RoFormer paper, "
-    "Meta's LLaMA code, seed 003). You rotated the half-split pairs (x[i], x[i + d/2]) of Hugging Face's "
+    "Meta's original LLaMA code). You rotated the half-split pairs (x[i], x[i + d/2]) of Hugging Face's "
     "rotate_half: identical at position 0, different everywhere after."
 )
 
