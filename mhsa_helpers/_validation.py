@@ -19,6 +19,7 @@ __all__ = [
     "check_positive_int",
     "check_divisible",
     "check_same_dtype",
+    "check_broadcasts_to",
     "check_bool_mask",
     "check_choice",
     "check_probability",
@@ -83,21 +84,37 @@ def check_same_dtype(name: str, value: torch.Tensor, reference_name: str, refere
         )
 
 
-def check_bool_mask(name: str, mask: torch.Tensor, target_shape: Sequence[int], target_desc: str) -> None:
+def check_broadcasts_to(name: str, value: torch.Tensor, target_shape: Sequence[int], target_desc: str) -> None:
+    """``value`` broadcasts to ``target_shape`` *without growing it* (the result keeps the target's shape)."""
+    try:
+        broadcast = torch.broadcast_shapes(tuple(value.shape), tuple(target_shape))
+    except RuntimeError:
+        broadcast = None
+    if broadcast != tuple(target_shape):
+        raise ValueError(
+            f"{name} must be broadcastable to {target_desc} = {tuple(target_shape)}, "
+            f"got shape {tuple(value.shape)}"
+        )
+
+
+def check_bool_mask(
+    name: str,
+    mask: torch.Tensor,
+    target_shape: Sequence[int],
+    target_desc: str,
+    device: Optional[torch.device] = None,
+) -> None:
     check_tensor(name, mask)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be a boolean tensor where True means 'may attend', got dtype {mask.dtype}; "
             f"convert a 0/1 mask with mask.bool(), or a 'True = blocked' mask with ~mask"
         )
-    try:
-        broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
-    except RuntimeError:
-        broadcast = None
-    if broadcast != tuple(target_shape):
+    check_broadcasts_to(name, mask, target_shape, target_desc)
+    if device is not None and mask.device != device:
         raise ValueError(
-            f"{name} must be broadcastable to {target_desc} = {tuple(target_shape)}, "
-            f"got shape {tuple(mask.shape)}"
+            f"{name} must be on the device of the tensors it masks ({device}), got device {mask.device}; "
+            f"move it with .to({str(device)!r})"
         )
 
 
@@ -114,10 +131,3 @@ def check_probability(name: str, value: object) -> float:
     if not 0.0 <= float(value) < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
     return float(value)
-
-
-def optional_tensor_device(*tensors: Optional[torch.Tensor]) -> Optional[torch.device]:
-    for t in tensors:
-        if t is not None:
-            return t.device
-    return None

@@ -133,9 +133,11 @@ def sentence_embeddings(
 ) -> Tuple[Tuple[str, ...], torch.Tensor]:
     """Split ``sentence`` on spaces and give each word a fixed random embedding.
 
-    The same word (case-insensitive) always gets the same vector, so "the" appears
-    twice with identical rows — only attention can tell the two apart. Deterministic
-    for a given ``seed``. Returns ``(tokens, embeddings (seq, d_model))``.
+    Within one sentence the same word (case-insensitive) gets the same vector, so "the"
+    appears twice with identical rows — only attention can tell the two apart. The vectors
+    are drawn for the sentence's sorted vocabulary, so a word shared by two *different*
+    sentences generally gets different vectors. Deterministic for a given ``sentence``
+    and ``seed``. Returns ``(tokens, embeddings (seq, d_model))``.
     """
     check_positive_int("d_model", d_model)
     tokens = tuple(sentence.split())

@@ -54,11 +54,10 @@ def padding_mask(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     """
     check_tensor("lengths", lengths)
     check_positive_int("seq_len", seq_len)
-    if lengths.ndim != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise ValueError(
-            f"lengths must be a 1-D integer tensor of shape (batch,), got dtype {lengths.dtype} "
-            f"and shape {tuple(lengths.shape)}"
-        )
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be an integer tensor (token counts), got dtype {lengths.dtype}")
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must be 1-D, one length per sequence (batch,), got shape {tuple(lengths.shape)}")
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > seq_len):
         raise ValueError(
             f"lengths must lie in [0, seq_len={seq_len}], got values from {int(lengths.min())} "
@@ -99,7 +98,7 @@ def masked_softmax_neg_inf(scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     already sum to 1. Shapes: ``scores (..., seq_q, seq_k)``, ``mask`` broadcastable.
     """
     check_floating("scores", scores)
-    check_bool_mask("mask", mask, scores.shape, "scores.shape")
+    check_bool_mask("mask", mask, scores.shape, "scores.shape", device=scores.device)
     return softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
@@ -107,12 +106,18 @@ def masked_softmax_renormalize(scores: torch.Tensor, mask: torch.Tensor) -> torc
     """Method 1 of seed 002: softmax over *all* keys, zero the blocked weights, then
     divide each row by its new sum so it sums to 1 again.
 
-    Gives the same weights as :func:`masked_softmax_neg_inf` (the softmax denominator
-    cancels), at the cost of an extra pass. A row with no visible key stays all zeros.
+    Mathematically the same weights as :func:`masked_softmax_neg_inf` (the softmax
+    denominator cancels), at the cost of an extra pass. A row with no visible key stays all zeros.
     Shapes: ``scores (..., seq_q, seq_k)``, ``mask`` broadcastable.
+
+    Caveat, in floating point: the softmax first subtracts the row's largest score, blocked
+    ones included. In float32 (also used for float16/bfloat16 scores), a blocked score more
+    than ~87 above every visible one pushes the visible exps below the smallest normal float
+    (~1.2e-38), where they lose digits; beyond ~104 they underflow to 0 and the row comes out
+    all zeros (float64: ~708 and ~745). :func:`masked_softmax_neg_inf` has no such limit.
     """
     check_floating("scores", scores)
-    check_bool_mask("mask", mask, scores.shape, "scores.shape")
+    check_bool_mask("mask", mask, scores.shape, "scores.shape", device=scores.device)
     weights = softmax(scores, dim=-1) * mask
     row_sums = weights.sum(dim=-1, keepdim=True)
     return weights / torch.where(row_sums == 0, torch.ones_like(row_sums), row_sums)

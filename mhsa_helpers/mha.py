@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import (
+    check_broadcasts_to,
     check_choice,
     check_divisible,
     check_floating,
@@ -53,6 +54,26 @@ def _check_rope_d_head(d_model: int, num_heads: int, d_head: int) -> None:
         )
 
 
+#: Constructor arguments that a loader reads off the weights; passing them too is an error.
+_SET_BY_THE_WEIGHTS = ("d_model", "num_heads", "d_in", "d_out", "qkv_bias", "out_bias", "device", "dtype")
+
+
+def _check_loader_options(options: dict) -> None:
+    taken = [name for name in _SET_BY_THE_WEIGHTS if name in options]
+    if taken:
+        raise TypeError(
+            f"{', '.join(taken)} cannot be passed to a loader: it reads sizes, which biases exist, device and "
+            f"dtype off the weights; its options may only be causal, dropout, rope, rope_base, rope_convention "
+            f"or max_seq_len — convert afterwards with module.to(device, dtype)"
+        )
+
+
+def _check_bias(name: str, bias: torch.Tensor, size: int) -> None:
+    check_floating(name, bias)
+    if tuple(bias.shape) != (size,):
+        raise ValueError(f"{name} must have shape ({size},), got shape {tuple(bias.shape)}")
+
+
 def _attend_heads(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -72,41 +93,39 @@ def _attend_heads(
     q, k, v = split_heads(q, num_heads), split_heads(k, num_heads), split_heads(v, num_heads)
     seq = q.shape[-2]
     past = 0 if cache is None else cache.length
+    leading = (*q.shape[:-3], seq)  # x.shape[:-1]
     if token_positions is not None:
         check_tensor("token_positions", token_positions)
-        leading = (*q.shape[:-3], seq)  # x.shape[:-1]
+        if rope is None:
+            raise ValueError(
+                "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
+                f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
+            )
         if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
             raise ValueError(
                 f"token_positions must have shape (..., seq) with seq={seq}, "
                 f"got shape {tuple(token_positions.shape)}"
             )
-        try:
-            broadcast = torch.broadcast_shapes(tuple(token_positions.shape), leading)
-        except RuntimeError:
-            broadcast = None
-        if broadcast != leading:
-            # Checked here, before the heads axis is inserted, so the message shows the caller's shape.
-            raise ValueError(
-                f"token_positions must be broadcastable to x.shape[:-1] = {leading}, "
-                f"got shape {tuple(token_positions.shape)}"
-            )
-    if token_positions is not None and rope is None:
-        raise ValueError(
-            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
-            f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
-        )
+        # Checked against x before the heads axis is inserted, so the message shows the caller's shapes.
+        check_broadcasts_to("token_positions", token_positions, leading, "x.shape[:-1]")
     if rope is not None:
         if token_positions is None:
             positions = torch.arange(past, past + seq, device=q.device)
+        elif token_positions.ndim == 1:
+            positions = token_positions  # (seq,): shared by every sequence and head
         else:
             # (..., seq) -> (..., 1, seq): the same positions for every head.
-            positions = token_positions if token_positions.ndim == 1 else token_positions.unsqueeze(-2)
+            positions = token_positions.expand(leading).unsqueeze(-2)
         q, k = rope(q, positions), rope(k, positions)
     if cache is not None:
-        k, v = cache.append(k, v)
+        # Not stored yet: a call that fails below (a mask of the wrong shape, say) must leave
+        # the cache as it was.
+        k, v = cache.extended(k, v)
     result = scaled_dot_product_attention(
         q, k, v, mask, is_causal=causal, dropout_p=dropout_p, return_weights=need_weights
     )
+    if cache is not None:
+        cache.keys, cache.values = k, v
     if need_weights:
         heads, weights = result
         return merge_heads(heads), weights
@@ -134,7 +153,9 @@ class MultiHeadSelfAttention(nn.Module):
     Call: ``module(x, mask=None, token_positions=None, need_weights=False, cache=None)``
         x: ``(..., seq, d_in)``, usually ``(batch, seq, d_in)``.
         mask: boolean, ``True`` = may attend, broadcastable to ``(..., heads, seq, seq_k)``;
-            combined with the causal mask when ``causal=True``.
+            combined with the causal mask when ``causal=True``. A key-padding mask must be
+            ``(batch, 1, 1, seq_k)`` (:func:`~mhsa_helpers.masking.padding_mask`): a ``(batch, seq_k)``
+            one broadcasts as ``(seq, seq_k)``, masking query ``b`` with row ``b``.
         token_positions: integer ``(seq,)`` or ``(batch, seq)`` RoPE positions; default
             ``cache.length + 0 .. seq-1``.
         need_weights: also return the attention weights ``(..., heads, seq, seq_k)``.
@@ -231,6 +252,12 @@ class MultiHeadSelfAttention(nn.Module):
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        if cache is not None and cache.keys is not None and cache.keys.shape[:-3] != x.shape[:-2]:
+            raise ValueError(
+                f"x has batch shape {tuple(x.shape[:-2])} but the cache holds batch shape "
+                f"{tuple(cache.keys.shape[:-3])}; a KVCache follows one batch of sequences: use a new one "
+                f"(or cache.reset()) for another"
+            )
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
         result = _attend_heads(
             q,
@@ -274,8 +301,10 @@ class MultiHeadSelfAttention(nn.Module):
         (``nn.Linear.weight``, used as ``x @ W.T``).
         ``layout="in_out"``: ``W_Q, W_K, W_V (d_in, d_model)``, ``W_O (d_model, d_out)``
         (written ``E @ W`` on paper). Missing q/k/v biases are zero when any is given.
-        ``options`` go to the constructor (``causal``, ``rope``, ``dropout``, ...).
+        ``options`` go to the constructor (``causal``, ``rope``, ``dropout``, ...); sizes,
+        biases, device and dtype come from the weights.
         """
+        _check_loader_options(options)
         check_choice("layout", layout, WEIGHT_LAYOUTS)
         names = ("q_weight", "k_weight", "v_weight", "o_weight")
         weights = [q_weight, k_weight, v_weight, o_weight]
@@ -304,6 +333,11 @@ class MultiHeadSelfAttention(nn.Module):
                 + f" with layout={layout!r}, got shape {shown}"
             )
         qkv_biases = (q_bias, k_bias, v_bias)
+        for name, bias in zip(("q_bias", "k_bias", "v_bias"), qkv_biases):
+            if bias is not None:
+                _check_bias(name, bias, d_model)
+        if o_bias is not None:
+            _check_bias("o_bias", o_bias, o_w.shape[0])
         has_qkv_bias = any(b is not None for b in qkv_biases)
         module = cls(
             d_model,
@@ -320,14 +354,9 @@ class MultiHeadSelfAttention(nn.Module):
             module.qkv_proj.weight.copy_(torch.cat((q_w, k_w, v_w), dim=0))
             module.out_proj.weight.copy_(o_w)
             if has_qkv_bias:
-                for name, bias, size in zip(("q_bias", "k_bias", "v_bias"), qkv_biases, (d_model,) * 3):
-                    if bias is not None and tuple(bias.shape) != (size,):
-                        raise ValueError(f"{name} must have shape ({size},), got {tuple(bias.shape)}")
                 full = [torch.zeros(d_model, dtype=q_w.dtype, device=q_w.device) if b is None else b for b in qkv_biases]
                 module.qkv_proj.bias.copy_(torch.cat(full))
             if o_bias is not None:
-                if tuple(o_bias.shape) != (o_w.shape[0],):
-                    raise ValueError(f"o_bias must have shape ({o_w.shape[0]},), got {tuple(o_bias.shape)}")
                 module.out_proj.bias.copy_(o_bias)
         return module
 
@@ -348,6 +377,7 @@ class MultiHeadSelfAttention(nn.Module):
         ``(heads * d_head, d_out)``; ``"out_in"``: ``(d_head, d_in)`` and ``(d_out, heads * d_head)``.
         Head ``i`` becomes rows ``i*d_head:(i+1)*d_head`` of the stacked projections.
         """
+        _check_loader_options(options)
         check_choice("layout", layout, WEIGHT_LAYOUTS)
         lists = {"q_heads": q_heads, "k_heads": k_heads, "v_heads": v_heads}
         for name, heads in lists.items():
@@ -355,18 +385,33 @@ class MultiHeadSelfAttention(nn.Module):
                 raise TypeError(f"{name} must be a non-empty list of per-head matrices, got {type(heads).__name__}")
             if len(heads) != len(q_heads):
                 raise ValueError(f"{name} must hold one matrix per head ({len(q_heads)}), got {len(heads)}")
+        # Checked here in the caller's layout and names; the loaders below would report
+        # transposed shapes under other names (head_weights[i], q_weight).
+        head_shape = "(d_in, d_head)" if layout == "in_out" else "(d_head, d_in)"
         stacked = []
         for name, heads in lists.items():
             for index, head in enumerate(heads):
-                check_tensor(f"{name}[{index}]", head)
+                check_floating(f"{name}[{index}]", head)
                 if head.ndim != 2:
                     raise ValueError(f"{name}[{index}] must be a 2-D matrix, got shape {tuple(head.shape)}")
+                if head.shape != q_heads[0].shape:
+                    raise ValueError(
+                        f"{name}[{index}] must have the shape of q_heads[0] {tuple(q_heads[0].shape)} "
+                        f"{head_shape} with layout={layout!r}, got shape {tuple(head.shape)}"
+                    )
             if layout == "in_out":
                 heads = [head.transpose(0, 1) for head in heads]
             stacked.append(stack_head_weights(heads))
-        check_tensor("o_weight", o_weight)
+        check_floating("o_weight", o_weight)
         if o_weight.ndim != 2:
             raise ValueError(f"o_weight must be a 2-D matrix, got shape {tuple(o_weight.shape)}")
+        d_model = stacked[0].shape[0]
+        if o_weight.shape[0 if layout == "in_out" else 1] != d_model:
+            expected = f"({d_model}, d_out)" if layout == "in_out" else f"(d_out, {d_model})"
+            raise ValueError(
+                f"o_weight must take the {len(q_heads)} heads' {d_model} concatenated features: expected shape "
+                f"{expected} with layout={layout!r}, got shape {tuple(o_weight.shape)}"
+            )
         o_out_in = o_weight if layout == "out_in" else o_weight.transpose(0, 1)
         return cls.from_projection_weights(
             *stacked, o_out_in, num_heads=len(q_heads), layout="out_in", **options
@@ -390,6 +435,7 @@ class MultiHeadSelfAttention(nn.Module):
         ``"per_head"``: for each head its ``[q|k|v]`` row blocks (seed 004).
         ``o_weight`` is ``(d_out, d_model)``.
         """
+        _check_loader_options(options)
         check_choice("fused_layout", fused_layout, FUSED_QKV_LAYOUTS)
         check_floating("qkv_weight", qkv_weight)
         if qkv_weight.ndim != 2:
@@ -419,14 +465,21 @@ class MultiHeadSelfAttention(nn.Module):
         """A module with the weights of a ``torch.nn.MultiheadAttention`` (self-attention use).
 
         Masks are not copied: pass ``causal=True`` or a ``mask`` (True = may attend; PyTorch's
-        boolean ``attn_mask`` uses True = blocked, so pass ``~attn_mask``).
+        boolean ``attn_mask`` uses True = blocked, so pass ``~attn_mask``). ``mha.dropout`` is
+        copied unless ``dropout`` is given.
+
+        Inputs: this module takes ``(batch, seq, d)``; an ``nn.MultiheadAttention`` built with
+        ``batch_first=False`` (the default) takes ``(seq, batch, d)``, so compare
+        ``module(x)`` with ``mha(x_t, x_t, x_t)[0].transpose(0, 1)`` for ``x_t = x.transpose(0, 1)``.
         """
+        _check_loader_options(options)
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")
         if not mha._qkv_same_embed_dim:
             raise ValueError("mha must have kdim == vdim == embed_dim (self-attention), got separate kdim/vdim")
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError("mha must not use add_bias_kv or add_zero_attn, which add an extra key position")
+        options.setdefault("dropout", mha.dropout)
         return cls.from_fused_qkv(
             mha.in_proj_weight.detach(),
             mha.out_proj.weight.detach(),
@@ -470,6 +523,8 @@ def multi_head_self_attention(
     check_floating("x", x)
     check_ndim("x", x, 2, "(..., seq, d_in)")
     check_positive_int("num_heads", num_heads)
+    if token_positions is not None:
+        check_tensor("token_positions", token_positions)
     names = ("q_weight", "k_weight", "v_weight", "o_weight")
     for name, weight in zip(names, (q_weight, k_weight, v_weight, o_weight)):
         check_floating(name, weight)
@@ -486,6 +541,13 @@ def multi_head_self_attention(
             )
     if o_weight.shape[1] != d_model:
         raise ValueError(f"o_weight must have shape (d_out, d_model={d_model}), got shape {tuple(o_weight.shape)}")
+    biases = {"q_bias": (q_bias, d_model), "k_bias": (k_bias, d_model), "v_bias": (v_bias, d_model),
+              "o_bias": (o_bias, o_weight.shape[0])}
+    for name, (bias, size) in biases.items():
+        if bias is not None:
+            _check_bias(name, bias, size)
+            if bias.dtype != x.dtype:
+                raise TypeError(f"{name} must have the dtype of x ({x.dtype}), got {bias.dtype}")
     d_head = check_divisible("d_model", d_model, "num_heads", num_heads)
     seq = x.shape[-2]
     if seq == 0:

@@ -23,7 +23,15 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
-from ._validation import check_choice, check_divisible, check_floating, check_ndim, check_positive_int, check_tensor
+from ._validation import (
+    check_broadcasts_to,
+    check_choice,
+    check_divisible,
+    check_floating,
+    check_ndim,
+    check_positive_int,
+    check_tensor,
+)
 
 __all__ = [
     "ROPE_CONVENTIONS",
@@ -47,7 +55,9 @@ def _check_d_head(d_head: int) -> int:
 
 
 def _check_base(base: float) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise TypeError(f"base must be a number > 1 (10000 in most models), got {type(base).__name__} {base!r}")
+    if not base > 1:
         raise ValueError(f"base must be a number > 1 (10000 in most models), got {base!r}")
     return float(base)
 
@@ -71,10 +81,25 @@ def _frequencies_float64(d_head: int, base: float, device: Optional[Union[str, t
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str = "interleaved") -> torch.Tensor:
     """Rotate each pair of ``x`` by the angles whose cosines/sines are given.
 
-    Shapes: ``x (..., seq, d_head)``; ``cos``/``sin`` broadcastable to ``(..., seq, d_head // 2)``
-    (one angle per pair). Returns a tensor shaped and typed like ``x``.
+    Shapes: ``x (..., seq, d_head)`` with ``d_head`` even; ``cos``/``sin`` broadcastable to
+    ``(..., seq, d_head // 2)`` (one angle per pair). Returns a tensor shaped and typed like ``x``.
     """
+    check_floating("x", x)
+    check_ndim("x", x, 2, "(..., seq, d_head)")
+    if x.shape[-1] % 2:
+        raise ValueError(
+            f"x must have an even last dimension d_head (dimensions are rotated in pairs), "
+            f"got shape {tuple(x.shape)}"
+        )
+    pairs_shape = (*x.shape[:-1], x.shape[-1] // 2)
+    for name, value in (("cos", cos), ("sin", sin)):
+        check_tensor(name, value)
+        check_broadcasts_to(name, value, pairs_shape, "(..., seq, d_head // 2)")
     check_choice("convention", convention, ROPE_CONVENTIONS)
+    return _rotate(x, cos, sin, convention)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str) -> torch.Tensor:
     cos = cos.to(x.dtype)
     sin = sin.to(x.dtype)
     if convention == "interleaved":
@@ -98,8 +123,10 @@ class RotaryEmbedding(nn.Module):
             (Hugging Face's ``rotate_half``).
 
     Call: ``rope(x, token_positions=None)`` with ``x (..., seq, d_head)`` and
-    ``token_positions`` integers broadcastable to ``x.shape[:-1]`` (usually ``(seq,)`` or
-    ``(batch, 1, seq)`` against ``(batch, heads, seq, d_head)``); ``None`` means ``0 .. seq-1``.
+    ``token_positions`` integers, either ``(seq,)`` (shared by all leading dimensions) or with
+    one dimension per dimension of ``x.shape[:-1]``, broadcastable to it: ``(batch, 1, seq)``
+    against ``(batch, heads, seq, d_head)``. A ``(batch, seq)`` tensor is refused there: it would
+    line its batch axis up with the heads axis. ``None`` means ``0 .. seq-1``.
     """
 
     cos_cached: torch.Tensor
@@ -170,18 +197,20 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(
                 f"x must have last dimension d_head={self.d_head}, got shape {tuple(x.shape)}"
             )
-        seq = x.shape[-2]
         if token_positions is None:
-            token_positions = torch.arange(seq, device=x.device)
+            token_positions = torch.arange(x.shape[-2], device=x.device)
+        else:
+            check_tensor("token_positions", token_positions)
+            if token_positions.ndim > 1 and token_positions.ndim != x.ndim - 1:
+                raise ValueError(
+                    f"token_positions must be (seq,) or have x.ndim - 1 = {x.ndim - 1} dimensions, one per "
+                    f"dimension of x.shape[:-1] = {tuple(x.shape[:-1])} (for x (batch, heads, seq, d_head) pass "
+                    f"positions[:, None, :], shaped (batch, 1, seq)), got shape {tuple(token_positions.shape)}"
+                )
+            # Strict: positions that broadcast x up to a bigger shape are a mistake, not a feature.
+            check_broadcasts_to("token_positions", token_positions, x.shape[:-1], "x.shape[:-1]")
         cos, sin = self.angles_for(token_positions)
-        try:
-            torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
-        except RuntimeError:
-            raise ValueError(
-                f"token_positions must be broadcastable to x.shape[:-1] = {tuple(x.shape[:-1])}, "
-                f"got shape {tuple(token_positions.shape)}"
-            ) from None
-        return apply_rotary(x, cos, sin, self.convention)
+        return _rotate(x, cos, sin, self.convention)
 
 
 def rope_permutation(d_head: int, source: str, target: str) -> torch.Tensor:

@@ -73,6 +73,8 @@ def test_equals_torch_sdpa(inputs, return_weights):
         expected = expected.masked_fill(empty, 0.0)
     torch.testing.assert_close(out, expected)
     assert not torch.isnan(out).any()
+    # ...and the formula itself, written out independently of either implementation.
+    torch.testing.assert_close(out, _reference_weights(q, k, mask) @ v)
 
 
 @given(attention_inputs(allow_mask=False), st.booleans())
@@ -115,6 +117,9 @@ def test_scale_argument_matches_torch():
         result = scaled_dot_product_attention(q, k, v, scale=0.3, return_weights=return_weights)
         out = result[0] if return_weights else result
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.3))
+        # The fast path *is* F.scaled_dot_product_attention: also compare with the formula.
+        torch.testing.assert_close(out, _reference_weights(q, k, scale=0.3) @ v)
+        assert not torch.allclose(out, _reference_weights(q, k) @ v)  # 0.3 is not the default 1/sqrt(4)
 
 
 def test_attention_scores_by_hand():
@@ -256,3 +261,58 @@ def test_function_uses_torch_sdpa_only_without_weights_and_dropout(monkeypatch, 
     q, k, v = _randn(gen, 1, 3, 4), _randn(gen, 1, 3, 4), _randn(gen, 1, 3, 4)
     scaled_dot_product_attention(q, k, v, **kwargs)
     assert counter.calls == expected_calls
+
+
+def _sdpa_like_torch_2_4(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """F.scaled_dot_product_attention as PyTorch 2.2-2.4 compute it on the CPU: a plain softmax,
+    so a query whose mask row is all False gets NaN (0/0) in the output and in every gradient."""
+    assert dropout_p == 0.0 and not is_causal
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("sdpa", ["installed", "torch_2_4"])
+def test_fully_masked_query_has_finite_gradients_equal_to_the_weights_path(monkeypatch, sdpa):
+    if sdpa == "torch_2_4":
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", _sdpa_like_torch_2_4)
+    gen = torch.Generator().manual_seed(7)
+    inputs = [_randn(gen, 2, 3, 4) for _ in range(3)]
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
+    outputs, grads = [], []
+    for return_weights in (False, True):
+        q, k, v = (t.clone().requires_grad_() for t in inputs)
+        result = scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
+        out = result[0] if return_weights else result
+        (out * torch.arange(1.0, 5.0, dtype=out.dtype)).sum().backward()
+        outputs.append(out.detach())
+        grads.append((q.grad, k.grad, v.grad))
+    (fast_out, slow_out), (fast_grads, slow_grads) = outputs, grads
+    assert (fast_out[:, 1] == 0).all()
+    torch.testing.assert_close(fast_out, slow_out)
+    for name, fast, slow in zip("qkv", fast_grads, slow_grads):
+        assert torch.isfinite(fast).all(), f"d{name} is not finite: {fast}"
+        torch.testing.assert_close(fast, slow)
+    dq, dk, dv = fast_grads
+    assert (dq[:, 1] == 0).all()  # the query that sees nothing changes nothing
+    assert (dk[:, 2] == 0).all() and (dv[:, 2] == 0).all()  # key 2 is visible to no query
+
+
+def test_float16_weights_path_computes_scores_in_float32():
+    """q . k = 4 * 160^2 = 102400 overflows float16 (max 65504) before the 1/sqrt(d_k) scaling
+    brings it back to 51200; the explicit path must not turn that into inf and NaN."""
+    gen = torch.Generator().manual_seed(8)
+    q = torch.full((1, 2, 4), 160.0) * torch.tensor([[1.0], [-1.0]])
+    k = torch.full((1, 3, 4), 160.0) * torch.tensor([[1.0], [0.5], [-1.0]])
+    v = _randn(gen, 1, 3, 4, dtype=torch.float32)
+    reference = _reference_weights(q.double(), k.double()) @ v.double()
+    q16, k16, v16 = q.half(), k.half(), v.half()
+    fast = scaled_dot_product_attention(q16, k16, v16)
+    slow, weights = scaled_dot_product_attention(q16, k16, v16, return_weights=True)
+    assert weights.dtype == torch.float16 and slow.dtype == torch.float16
+    assert not torch.isnan(slow).any() and not torch.isnan(weights).any()
+    torch.testing.assert_close(weights.double(), _reference_weights(q.double(), k.double()), atol=1e-3, rtol=0)
+    for out in (fast, slow):
+        torch.testing.assert_close(out.double(), reference, atol=2e-3, rtol=2e-3)

@@ -121,9 +121,51 @@ def test_cache_append_length_and_reset():
     assert "length=5" in repr(cache)
     cache.reset()
     assert cache.length == 0 and cache.keys is None and cache.values is None
-    with pytest.raises(ValueError, match=r"keys must match the cached"):
-        cache.append(k1, v1)
+    cache.append(k1, v1)
+    with pytest.raises(ValueError, match=r"keys must match the cached") as info:
         cache.append(torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 6))
+    assert "leading dimensions (2, 3)" in str(info.value) and "'...'" not in str(info.value)
+    assert cache.length == 4 and torch.equal(cache.keys, k1)
+
+
+@pytest.mark.parametrize("leading", [(), (3,), (2, 3), (2, 1, 3)], ids=["none", "heads", "batch-heads", "5-D"])
+def test_cache_takes_any_leading_dimensions(leading):
+    k1, v1 = torch.randn(*leading, 4, 5), torch.randn(*leading, 4, 6)
+    k2, v2 = torch.randn(*leading, 2, 5), torch.randn(*leading, 2, 6)
+    cache = KVCache()
+    cache.append(k1, v1)
+    keys, values = cache.append(k2, v2)
+    assert cache.length == 6
+    assert torch.equal(keys, torch.cat([k1, k2], dim=-2)) and torch.equal(values, torch.cat([v1, v2], dim=-2))
+
+
+def test_extended_returns_the_concatenation_without_storing_it():
+    cache = KVCache()
+    k1, v1 = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    cache.append(k1, v1)
+    k2, v2 = torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4)
+    keys, values = cache.extended(k2, v2)
+    assert torch.equal(keys, torch.cat([k1, k2], dim=-2)) and torch.equal(values, torch.cat([v1, v2], dim=-2))
+    assert cache.length == 3 and cache.keys is k1 and cache.values is v1
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "weights"])
+def test_a_call_that_fails_leaves_the_cache_unchanged(need_weights):
+    """The mask is checked against (..., heads, seq, past + seq) inside attention, after the
+    new keys exist: the cache must not have grown by the failed step."""
+    module = _module(5, rope=True)
+    x = torch.randn(2, 5, module.d_in, dtype=F64)
+    cache = KVCache()
+    module(x[:, :3], cache=cache)
+    keys, values = cache.keys, cache.values
+    wrong_mask = torch.ones(2, 4, dtype=torch.bool)  # 2 new queries see 3 + 2 = 5 keys, not 4
+    with pytest.raises(ValueError, match="mask"):
+        module(x[:, 3:5], cache=cache, mask=wrong_mask, need_weights=need_weights)
+    assert cache.length == 3 and cache.keys is keys and cache.values is values
+    # ...and decoding goes on as if the failed call had not happened.
+    rest = module(x[:, 3:5], cache=cache)
+    torch.testing.assert_close(rest, module(x)[:, 3:5])
+    assert cache.length == 5
 
 
 def _hand_offset_mask(seq_q, seq_k):

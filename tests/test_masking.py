@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -146,3 +147,19 @@ def test_masked_softmax_with_combined_causal_and_padding_masks():
     assert (weights[1, :, :, 2:] == 0).all()
     torch.testing.assert_close(weights, _hand_masked_softmax(scores, mask))
     torch.testing.assert_close(weights, masked_softmax_renormalize(scores, mask))
+
+
+@pytest.mark.parametrize("gap, exact_in_float32", [(50.0, True), (100.0, False), (110.0, False)])
+def test_renormalize_loses_visible_weights_when_a_blocked_score_dominates(gap, exact_in_float32):
+    """The documented caveat: method 1 takes the softmax over all keys first, so a blocked score
+    `gap` above the visible ones shrinks their exps to ~exp(-gap). In float32 that loses digits
+    past ~87 and underflows to 0 past ~104 (the row becomes all zeros); method 2 and float64 are fine."""
+    mask = torch.tensor([[True, True, False]])
+    expected = torch.tensor([[1.0, math.e, 0.0]], dtype=torch.float64) / (1.0 + math.e)  # softmax([0, 1]) by hand
+    scores = torch.tensor([[0.0, 1.0, gap]], dtype=torch.float64)
+    torch.testing.assert_close(masked_softmax_renormalize(scores, mask), expected)
+    torch.testing.assert_close(masked_softmax_neg_inf(scores.float(), mask), expected.float())
+    renormalized = masked_softmax_renormalize(scores.float(), mask)
+    assert torch.allclose(renormalized, expected.float()) == exact_in_float32
+    if gap > 104:
+        assert (renormalized == 0).all()

@@ -125,6 +125,41 @@ def test_from_torch_mha_copies_weights_and_rejects_other_modules():
         MultiHeadSelfAttention.from_torch_mha(nn.MultiheadAttention(6, 2, add_bias_kv=True))
 
 
+def test_from_torch_mha_copies_dropout_and_the_layout_note_holds():
+    torch.manual_seed(0)
+    torch_mha = nn.MultiheadAttention(8, 2, dropout=0.25, dtype=F64)  # batch_first=False: (seq, batch, d)
+    assert MultiHeadSelfAttention.from_torch_mha(torch_mha).dropout == 0.25
+    assert MultiHeadSelfAttention.from_torch_mha(torch_mha, dropout=0.0).dropout == 0.0
+    ours = MultiHeadSelfAttention.from_torch_mha(torch_mha).eval()
+    torch_mha.eval()
+    x = torch.randn(3, 5, 8, dtype=F64)  # (batch, seq, d) for ours
+    x_t = x.transpose(0, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), torch_mha(x_t, x_t, x_t)[0].transpose(0, 1))
+    # In training mode both drop attention weights: outputs differ from eval mode.
+    ours.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(ours(x), ours.eval()(x))
+
+
+def test_float16_module_with_large_activations_fast_and_weights_paths_agree():
+    """Scores of fp16 activations overflow float16 (max 65504) long before the outputs do."""
+    torch.manual_seed(0)
+    module = MultiHeadSelfAttention(16, 2, dtype=torch.float16)
+    with torch.no_grad():
+        module.qkv_proj.weight.mul_(20)
+    x = (torch.randn(2, 5, 16) * 40).half()
+    q = module.qkv_proj(x)[..., :8].float()
+    assert (q @ q.transpose(-2, -1)).abs().max() > 65504  # the float16 scores would be inf
+    with torch.no_grad():
+        fast = module(x)
+        slow, weights = module(x, need_weights=True)
+        reference = module.double()(x.double())
+    assert not torch.isnan(slow).any() and not torch.isnan(weights).any()
+    torch.testing.assert_close(slow, fast, atol=0.5, rtol=1e-2)
+    torch.testing.assert_close(slow.double(), reference, atol=1.0, rtol=2e-2)
+
+
 # ---------------------------------------------------------------- against the formula, loaders
 
 

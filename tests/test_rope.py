@@ -257,3 +257,23 @@ def test_angles_for_by_hand():
     angles = torch.tensor([[[3.0, 0.3]], [[7.0, 0.7]]], dtype=torch.float64)
     torch.testing.assert_close(cos.double(), angles.cos(), atol=1e-7, rtol=0)
     torch.testing.assert_close(sin.double(), angles.sin(), atol=1e-7, rtol=0)
+
+
+def test_token_positions_may_not_grow_x_or_line_up_with_the_wrong_axis():
+    rope = RotaryEmbedding(4, max_seq_len=16)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 3, 4, generator=gen)
+    assert rope(x, torch.arange(3)).shape == x.shape
+    assert rope(x, torch.arange(3)[None]).shape == x.shape
+    two_rows = torch.stack((torch.arange(3), torch.arange(5, 8)))  # (2, 3) would make the output (2, 3, 4)
+    with pytest.raises(ValueError, match=r"token_positions must be broadcastable to x.shape\[:-1\] = \(1, 3\)"):
+        rope(x, two_rows)
+    # (batch, seq) positions against (batch, heads, seq, d_head) with batch == heads broadcast,
+    # but would give head h the positions of example h: refused, with the fix in the message.
+    x4 = torch.randn(2, 2, 3, 4, generator=gen)
+    with pytest.raises(ValueError, match=r"token_positions .*\(batch, 1, seq\)"):
+        rope(x4, two_rows)
+    out = rope(x4, two_rows[:, None, :])
+    assert out.shape == x4.shape
+    for b in range(2):
+        torch.testing.assert_close(out[b], rope(x4[b], two_rows[b]))
