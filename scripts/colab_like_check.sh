@@ -3,12 +3,15 @@
 #
 #   scripts/colab_like_check.sh            (PYTHON=python3.12 scripts/colab_like_check.sh to pick the Python)
 #
-# 1. builds a wheel of the package from a copy of the sources (the repo is not touched);
-# 2. creates a fresh venv in a temporary folder and installs, in this order:
-#    torch==2.13.0 (first and on its own, so that nothing pulls another torch build),
-#    ipywidgets==7.7.1 (what Colab ships), the wheel, nbclient and ipykernel;
-# 3. from a temporary working directory (so the source tree cannot be imported), executes
-#    in a fresh kernel of that venv:
+# 1. creates a fresh venv in a temporary folder;
+# 2. builds a wheel of the package with that venv's Python, from a copy of the sources
+#    (the repo is not touched);
+# 3. installs into the venv, in this order: torch==2.13.0 (first and on its own, so that
+#    nothing pulls another torch build), ipywidgets==7.7.1 (what Colab ships), the wheel,
+#    nbclient and ipykernel;
+# 4. from a temporary working directory (so the source tree cannot be imported), executes
+#    in a fresh kernel of that venv, with matplotlib's default backend in a kernel (the
+#    inline one, as on Colab: no MPLBACKEND is set):
 #    - a generated smoke notebook that imports the wheel, checks it is the installed copy,
 #      displays every explorer and moves its controls;
 #    - every notebook in notebooks/ and notebooks/solutions/ (if any), each with a last cell
@@ -26,19 +29,19 @@ else
     trap 'rm -rf "$work"' EXIT
 fi
 
-echo "== building the wheel (from a copy of the sources)"
-mkdir -p "$work/src" "$work/dist"
-cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/mhsa_helpers" "$work/src/"
-[ -f "$repo/LICENSE" ] && cp "$repo/LICENSE" "$work/src/"
-find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
-"$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src"
-wheel="$(ls "$work"/dist/mhsa_helpers-*.whl)"
-echo "built $(basename "$wheel")"
-
 echo "== fresh venv"
 "$python" -m venv "$work/venv"
 venv_py="$work/venv/bin/python"
 "$venv_py" -m pip install --quiet --upgrade pip
+
+echo "== building the wheel with the venv's Python (from a copy of the sources)"
+mkdir -p "$work/src" "$work/dist"
+cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/mhsa_helpers" "$work/src/"
+[ -f "$repo/LICENSE" ] && cp "$repo/LICENSE" "$work/src/"
+find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+"$venv_py" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src"
+wheel="$(ls "$work"/dist/mhsa_helpers-*.whl)"
+echo "built $(basename "$wheel")"
 echo "+ pip install torch==2.13.0"
 "$venv_py" -m pip install --quiet "torch==2.13.0"
 echo "+ pip install ipywidgets==7.7.1"
@@ -50,8 +53,9 @@ echo "+ pip install <wheel> nbclient ipykernel (ipywidgets kept at 7.7.1)"
 export JUPYTER_DATA_DIR="$work/jupyter-data"
 export JUPYTER_CONFIG_DIR="$work/jupyter-config"
 export JUPYTER_PATH="$work/jupyter-data"
-export PYTHONHASHSEED=0 SOURCE_DATE_EPOCH=0 MPLBACKEND=agg
-unset PYTHONPATH
+export PYTHONHASHSEED=0 SOURCE_DATE_EPOCH=0
+# No MPLBACKEND: the kernels pick matplotlib-inline, as Colab's do.
+unset PYTHONPATH MPLBACKEND
 "$venv_py" -m ipykernel install --user --name python3 --display-name "Python 3 (colab-like)" >/dev/null
 
 mkdir -p "$work/run"
@@ -74,8 +78,9 @@ run_dir, wheel = sys.argv[1], sys.argv[2]
 venv_prefix = sys.prefix
 
 VERSION_CELL = (
-    "import ipywidgets, sys, mhsa_helpers\n"
+    "import ipywidgets, sys, matplotlib, mhsa_helpers\n"
     "print('CHECK ipywidgets', ipywidgets.__version__)\n"
+    "print('CHECK backend', matplotlib.get_backend())\n"
     "print('CHECK python', sys.executable)\n"
     "print('CHECK mhsa_helpers', mhsa_helpers.__file__)\n"
 )
@@ -88,6 +93,7 @@ SMOKE_CELLS = [
     "print('torch', torch.__version__, '| ipywidgets', ipywidgets.__version__)",
     # Every explorer, displayed, then every control moved (as a slider would).
     "from IPython.display import display\n"
+    "registered = len(ipywidgets.Widget.widgets)  # ipywidgets 7's registry of open widgets\n"
     "made = []\n"
     "for make in [explorers.qkv_explorer, explorers.scaling_explorer, explorers.masking_explorer,\n"
     "             explorers.heads_explorer, explorers.rope_explorer, explorers.mhsa_explorer]:\n"
@@ -120,6 +126,11 @@ SMOKE_CELLS = [
     "    assert 'num_heads' in str(error)\n"
     "else:\n"
     "    raise AssertionError('num_heads=5 was accepted')",
+    # close() frees every widget the explorers made (their Layout and Style widgets too).
+    "for e in made + [h]:\n"
+    "    e.close()\n"
+    "assert len(ipywidgets.Widget.widgets) == registered, (len(ipywidgets.Widget.widgets), registered)\n"
+    "assert all(len(e._layouts) == 0 for e in made)",
 ]
 
 
@@ -132,9 +143,12 @@ def run(nb, path, cwd):
     checks = dict(line.split(" ", 2)[1:] for line in lines.splitlines() if line.startswith("CHECK "))
     if checks.get("ipywidgets") != "7.7.1":
         raise SystemExit(f"{path}: the kernel imported ipywidgets {checks.get('ipywidgets')}, not 7.7.1")
+    if "inline" not in checks.get("backend", ""):
+        raise SystemExit(f"{path}: matplotlib's backend was {checks.get('backend')}, not the inline one Colab uses")
     if not checks.get("python", "").startswith(venv_prefix) or not checks.get("mhsa_helpers", "").startswith(venv_prefix):
         raise SystemExit(f"{path}: not run on the fresh venv's installed wheel: {checks}")
-    print(f"ok   {path}  ({time.perf_counter() - start:.1f} s, ipywidgets {checks['ipywidgets']})", flush=True)
+    print(f"ok   {path}  ({time.perf_counter() - start:.1f} s, ipywidgets {checks['ipywidgets']}, "
+          f"{checks['backend']})", flush=True)
 
 
 failures = 0

@@ -35,6 +35,25 @@ ALL = [ex.qkv_explorer, ex.scaling_explorer, ex.masking_explorer, ex.heads_explo
 def _close_figures():
     yield
     plt.close("all")
+    # Close the explorers a test left open, so that each test starts from none.
+    for explorer in list(ex.base._OPEN_EXPLORERS):
+        explorer.close()
+
+
+def live_figures():
+    from matplotlib.figure import Figure
+
+    gc.collect()
+    return sum(type(o) is Figure for o in gc.get_objects())
+
+
+def widget_registry():
+    """ipywidgets' registry of open widgets (a widget leaves it when closed)."""
+    from ipywidgets.widgets import widget as widget_module
+
+    if hasattr(widget_module, "_instances"):  # ipywidgets 8
+        return widget_module._instances
+    return widgets.Widget.widgets  # ipywidgets 7
 
 
 def heatmap_axes(figure):
@@ -99,17 +118,147 @@ def test_moving_any_control_redraws(make):
         assert explorer.data[name] == pytest.approx(control.value)
 
 
-@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
-def test_unknown_and_impossible_settings_are_refused(make):
+# (settings, error, message pattern): each is refused by the explorer's function and, for
+# settings that are controls, by explorer.update(...) too. The message must name the setting.
+IMPOSSIBLE = {
+    ex.qkv_explorer: [
+        ({"head": 3}, ValueError, r"head must be in \[1, 2\].*got head=3"),
+        ({"head": 0}, ValueError, r"head must be in \[1, 2\]"),
+        ({"head": True}, TypeError, r"head must be an int.*got bool True"),  # True == 1, but not a head
+        ({"head": 1.0}, TypeError, r"head must be an int.*got float 1.0"),
+        ({"score_scale": 0.0}, ValueError, r"score_scale must be in \[0.1, 1000\]"),
+        ({"score_scale": float("nan")}, ValueError, r"score_scale must be in"),
+        ({"score_scale": "big"}, TypeError, r"score_scale must be a number.*got str 'big'"),
+    ],
+    ex.scaling_explorer: [
+        ({"d_k": 0}, ValueError, r"d_k must be in \[1, 512\]"),
+        ({"d_k": 513}, ValueError, r"d_k must be in \[1, 512\]"),
+        ({"d_k": 64.0}, TypeError, r"d_k must be an int.*got float 64.0"),
+        ({"sentence": "Hello there"}, ValueError, r"sentence must be one of"),
+        ({"scaled": "yes"}, TypeError, r"scaled must be True or False.*got str 'yes'"),
+        ({"scaled": 1}, TypeError, r"scaled must be True or False.*got int 1"),
+    ],
+    ex.masking_explorer: [
+        ({"seq_len": 0}, ValueError, r"seq_len must be in \[1, 6\]"),
+        ({"seq_len": 7}, ValueError, r"seq_len must be in \[1, 6\]"),
+        ({"causal": "no"}, TypeError, r"causal must be True or False.*got str 'no'"),  # bool("no") is True
+        ({"causal": None}, TypeError, r"causal must be True or False.*got NoneType"),
+        ({"method": "zero"}, ValueError, r"method must be one of 'neg_inf', 'renormalize'"),
+        ({"dropout": 1.0}, ValueError, r"dropout must be in \[0, 0.9\]"),
+        ({"dropout": -0.1}, ValueError, r"dropout must be in \[0, 0.9\]"),
+        ({"dropout": True}, TypeError, r"dropout must be a number.*got bool"),
+    ],
+    ex.heads_explorer: [
+        ({"num_heads": 5}, ValueError, r"num_heads must divide d_model=12.*got num_heads=5"),
+        ({"num_heads": 2.0}, TypeError, r"num_heads must be an int.*got float 2.0"),
+        ({"num_heads": True}, TypeError, r"num_heads must be an int.*got bool"),
+        ({"seq_len": 9}, ValueError, r"seq_len must be in \[1, 8\]"),
+        ({"head": 3}, ValueError, r"head must be in \[1, 2\] \(one of the heads\)"),
+        ({"head": 0}, ValueError, r"head must be in \[1, 2\]"),
+        ({"d_model": 0}, ValueError, r"d_model must be in \[1, 64\]"),
+        ({"d_model": 12.0}, TypeError, r"d_model must be an int.*got float"),
+    ],
+    ex.rope_explorer: [
+        ({"d_head": 15}, ValueError, r"d_head must be even"),
+        ({"d_head": 16.0}, TypeError, r"d_head must be an int.*got float"),
+        ({"base": 1.0}, ValueError, r"base must be in \[10, 1e\+06\]"),
+        ({"offset": -1}, ValueError, r"offset must be in \[0, 256\]"),
+        ({"offset": 257}, ValueError, r"offset must be in \[0, 256\]"),
+        ({"pair_index": 8}, ValueError, r"pair_index must be in \[0, 7\] \(d_head=16 has 8 pairs\)"),
+        ({"num_positions": 0}, ValueError, r"num_positions must be in \[1, 16\]"),
+        ({"max_distance": 0}, ValueError, r"max_distance must be in \[1, 1024\]"),
+    ],
+    ex.mhsa_explorer: [
+        ({"num_heads": 3}, ValueError, r"num_heads must divide d_model=16.*got num_heads=3"),
+        ({"num_heads": 4.0}, TypeError, r"num_heads must be an int.*got float 4.0"),
+        ({"num_heads": 16, "rope": True}, ValueError, r"d_head = d_model / num_heads must be even.*d_head=1"),
+        ({"rope": "yes"}, TypeError, r"rope must be True or False.*got str 'yes'"),
+        ({"rope": 1}, TypeError, r"rope must be True or False.*got int 1"),
+        ({"causal": "no"}, TypeError, r"causal must be True or False.*got str 'no'"),
+        ({"base": 5.0}, ValueError, r"base must be in \[10, 1e\+06\]"),
+        ({"seq_len": 0}, ValueError, r"seq_len must be in \[1, 8\]"),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "make, settings, error, message",
+    [(make, *case) for make, cases in IMPOSSIBLE.items() for case in cases],
+    ids=lambda v: v.__name__ if callable(v) else None,
+)
+def test_impossible_settings_are_refused_with_the_setting_named(make, settings, error, message):
+    with pytest.raises(error, match=message):
+        make(**settings)
     explorer = make()
-    with pytest.raises(ValueError, match="unknown setting"):
+    if not set(settings) <= set(explorer.controls):
+        return  # e.g. d_model: fixed when the explorer is made, not a control
+    before = (explorer.values(), explorer.redraw_count, explorer.png)
+    with pytest.raises(error, match=message):
+        explorer.update(**settings)
+    # Refused before any control moved: nothing changed, nothing was redrawn.
+    assert (explorer.values(), explorer.redraw_count, explorer.png) == before
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_unknown_settings_are_refused(make):
+    explorer = make()
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['no_such_control'\]"):
         explorer.update(no_such_control=1)
+    with pytest.raises(TypeError, match="no_such_control"):
+        make(no_such_control=1)
+
+
+def test_close_frees_the_figures_and_the_widgets():
+    figures, registered = live_figures(), len(widget_registry())
+    for make in [ex.heads_explorer] * 5 + ALL:
+        explorer = make()
+        if make is ex.heads_explorer:
+            for num_heads, seq_len in [(1, 3), (3, 4), (4, 5), (6, 6), (12, 7)]:
+                explorer.update(num_heads=num_heads, seq_len=seq_len)
+            assert len(explorer._layouts) == ex.LAYOUT_CACHE == 4
+        assert live_figures() > figures
+        explorer.close()
+        assert len(explorer._layouts) == 0
+        with pytest.raises(RuntimeError, match="closed"):
+            explorer.figure
+        with pytest.raises(RuntimeError, match="closed"):
+            explorer.redraw()
+        # A control moved after close() draws nothing (and builds no figure).
+        count = explorer.redraw_count
+        for control in explorer.controls.values():
+            if isinstance(control, widgets.IntSlider):
+                control.value = control.max if control.value != control.max else control.min
+                assert explorer.redraw_count == count
+        explorer.close()  # a second close() is harmless
+    del explorer, control
+    # Every figure is gone, and so is every widget the explorers made (incl. Layout and Style widgets).
+    assert live_figures() == figures
+    assert len(widget_registry()) == registered
+
+
+def test_a_new_explorer_trims_the_figures_of_the_older_ones_of_its_kind():
+    old = ex.heads_explorer()
+    for num_heads, seq_len in [(1, 3), (3, 4), (4, 5), (2, 6)]:
+        old.update(num_heads=num_heads, seq_len=seq_len)
+    assert len(old._layouts) == 4
+    shown = old.figure
+    other_kind = ex.masking_explorer()
+    assert len(old._layouts) == 4  # another kind leaves it alone
+    new = ex.heads_explorer()
+    # The old explorer keeps only the figure it shows, and still answers its controls.
+    assert len(old._layouts) == 1 and old.figure is shown
+    assert len(new._layouts) == 1 and len(other_kind._layouts) == 1
+    old.update(num_heads=3, seq_len=4)
+    _, _, expected, _ = module_weights(12, 3, 4)
+    np.testing.assert_allclose(old.data["weights"], expected, rtol=1e-6, atol=1e-7)
+    assert len(heatmap_axes(old.figure)) == 3
 
 
 def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
     from matplotlib.figure import Figure
 
     plt.close("all")
+    baseline = live_figures()
     explorer = ex.heads_explorer()
     divisors = [1, 2, 3, 4]
     counts = {}
@@ -128,8 +277,8 @@ def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
     # No pyplot figure is ever opened...
     assert plt.get_fignums() == []
     # ...the off-screen figures (one per recent layout) do not grow with the moves...
-    assert figure_objects[0] == figure_objects[1]
-    assert len(explorer._layouts) <= ex.LAYOUT_CACHE
+    assert figure_objects[0] == figure_objects[1] == baseline + ex.LAYOUT_CACHE
+    assert len(explorer._layouts) == ex.LAYOUT_CACHE
     # ...and a layout drawn again holds the same number of axes and artists: nothing piles up.
     assert all(len(seen) == 1 for seen in counts.values()), counts
 

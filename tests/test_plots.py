@@ -178,6 +178,21 @@ def test_rope_frequencies_plot():
     assert ax.get_yscale() == "log"
 
 
+@pytest.mark.parametrize(
+    "highlight, error, message",
+    [(8, ValueError, r"highlight must be in \[0, 7\], got 8"), (-1, ValueError, r"highlight must be in \[0, 7\]"),
+     (2.0, TypeError, r"highlight must be an int, got float"), (True, TypeError, r"highlight must be an int, got bool")],
+)
+def test_rope_frequencies_plot_refuses_a_bad_highlight_without_opening_a_figure(highlight, error, message):
+    plt.close("all")
+    with pytest.raises(error, match=message):
+        plots.rope_frequencies_plot(16, 500.0, highlight=highlight)
+    assert plt.get_fignums() == []
+    ax = plots.rope_frequencies_plot(16, 500.0, highlight=7)
+    assert plt.get_fignums() == [ax.figure.number]
+    np.testing.assert_allclose(ax.lines[1].get_data(), [[7], [500.0 ** (-14 / 16)]], rtol=1e-6)
+
+
 @pytest.mark.parametrize("convention", ["interleaved", "half_split"])
 def test_rope_score_vs_distance_is_the_rotated_dot_product(convention):
     rng = np.random.default_rng(1)

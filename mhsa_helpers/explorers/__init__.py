@@ -17,7 +17,12 @@ moves), nothing flickers, and only core widgets that exist in both ipywidgets 7.
 
 Controls only offer possible settings (heads that divide ``d_model``, sequence
 lengths from 1, an even head size with RoPE); calling an explorer, or
-:meth:`Explorer.update`, with an impossible setting raises ``ValueError`` naming it.
+:meth:`Explorer.update`, with an impossible setting raises ``ValueError`` naming it
+(``TypeError`` for a value of the wrong type, e.g. ``num_heads=2.0`` or ``causal="no"``).
+
+Each explorer keeps the figures of its last few layouts (:data:`LAYOUT_CACHE`); a new
+explorer trims the older ones of its kind (e.g. left behind by re-running a cell) to the
+one figure they show, and ``explorer.close()`` frees an explorer's figures and widgets.
 
 One module per idea, one explorer each:
 

@@ -10,6 +10,7 @@ import functools
 import html
 import io
 import math
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
@@ -38,8 +39,9 @@ __all__ = [
 
 #: Resolution of the explorers' figures (pixels per inch): small PNGs redraw fast.
 DPI = 80
-#: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length).
-LAYOUT_CACHE = 12
+#: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length);
+#: each holds a few MB of canvas, background and artists.
+LAYOUT_CACHE = 4
 #: ``torch.manual_seed`` right before building the explorers' :class:`MultiHeadSelfAttention`.
 MODEL_SEED = 0
 #: ``torch.manual_seed`` right before the masking explorer's training-mode dropout.
@@ -66,13 +68,20 @@ def _seeded(seed: int) -> Iterator[None]:
         yield
 
 
+def _check_bool(name: str, value: object) -> bool:
+    # bool(value) would turn any non-empty string, e.g. "no", into True.
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def _divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _check_int(name: str, value: object, low: int, high: int, why: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int in [{low}, {high}]{why}, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int in [{low}, {high}]{why}, got {type(value).__name__} {value!r}")
     if not low <= int(value) <= high:
         raise ValueError(f"{name} must be in [{low}, {high}]{why}, got {name}={value}")
     return int(value)
@@ -80,7 +89,7 @@ def _check_int(name: str, value: object, low: int, high: int, why: str = "") -> 
 
 def _check_float(name: str, value: object, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a number in [{low:g}, {high:g}], got {type(value).__name__} {value!r}")
     if not (math.isfinite(float(value)) and low <= float(value) <= high):
         raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {name}={value}")
     return float(value)
@@ -104,6 +113,11 @@ def _log_slider(
                                   description=description, readout_format=readout_format, **_SLIDER)
 
 
+#: Explorers not closed yet (weakly held): a new explorer trims the figure cache of the older
+#: ones of its kind, which are usually left behind by re-running the cell that made them.
+_OPEN_EXPLORERS: "weakref.WeakSet[Explorer]" = weakref.WeakSet()
+
+
 class Explorer(widgets.VBox):
     """A row of controls, a caption and a figure that is redrawn whenever a control changes.
 
@@ -111,6 +125,10 @@ class Explorer(widgets.VBox):
         controls: ``{name: widget}``; set ``controls[name].value`` from Python to move one.
         data: what the last redraw drew, e.g. ``data["weights"]`` (numpy arrays and plain values).
         redraw_count: how many times the figure was drawn.
+
+    Each explorer keeps the figures of its last :data:`LAYOUT_CACHE` layouts. Creating an
+    explorer trims every older explorer of the same kind to the figure it shows (it still
+    works, and rebuilds other layouts when moved); :meth:`close` frees everything.
 
     Subclasses provide ``_check`` (validate a full set of values), ``_compute`` (values ->
     data, with the package), ``_layout`` (a key: one figure is built per key and reused),
@@ -143,7 +161,12 @@ class Explorer(widgets.VBox):
         header = widgets.HTML(value=f"<b>{html.escape(title)}</b>")
         super().__init__(children=[header, *rows, self._caption, self._image])
         self.add_class("mhsa-explorer")
+        self._closed = False
         self.redraw()
+        for other in list(_OPEN_EXPLORERS):
+            if type(other) is type(self):
+                other._trim_layouts(keep=1)
+        _OPEN_EXPLORERS.add(self)
 
     # ------------------------------------------------------------ public
 
@@ -176,6 +199,8 @@ class Explorer(widgets.VBox):
 
     def redraw(self) -> None:
         """Recompute with the current control values and redraw the figure."""
+        if self._closed:
+            raise RuntimeError("this explorer was closed: create a new one to draw again")
         values = self.values()
         self._check(values)
         data = self._compute(values)
@@ -200,16 +225,21 @@ class Explorer(widgets.VBox):
             FigureCanvasAgg(figure)
             layout = _Layout(figure, self._build(figure, data))
             self._layouts[key] = layout
-            while len(self._layouts) > LAYOUT_CACHE:
-                self._layouts.popitem(last=False)
         self._layouts.move_to_end(key)
         self._current = layout
+        self._trim_layouts(keep=LAYOUT_CACHE)
         return layout
+
+    def _trim_layouts(self, keep: int) -> None:
+        """Forget all but the ``keep`` most recently used figures (the current one is the last)."""
+        while len(self._layouts) > keep:
+            self._layouts.popitem(last=False)
 
     @property
     def figure(self) -> Figure:
         """The off-screen matplotlib Figure of the last redraw (for tests and saving)."""
-        assert self._current is not None
+        if self._current is None:
+            raise RuntimeError("this explorer was closed: it holds no figure any more")
         return self._current.figure
 
     @property
@@ -218,7 +248,28 @@ class Explorer(widgets.VBox):
         return bytes(self._image.value)
 
     def close(self) -> None:
-        for widget in [*self.controls.values(), self._image, self._caption, *self.children]:
+        """Remove the explorer from the page and free its figures and widgets.
+
+        Re-running a notebook cell that creates an explorer leaves the old one alive (the
+        widget registry and the cell's ``Out[...]`` refer to it); ``explorer.close()`` before
+        re-running, or at the end, returns its memory.
+        """
+        if getattr(self, "_closed", True):  # closed already (ipywidgets 8 closes again on __del__)
+            super().close()
+            return
+        self._closed = True
+        for widget in self.controls.values():
+            widget.unobserve(self._on_change, names="value")
+        self._layouts.clear()
+        self._current = None
+        _OPEN_EXPLORERS.discard(self)
+        # The children are the header, the rows of controls, the caption and the image. Each
+        # widget made here has its own Layout (and Style) widget, registered like the widget.
+        for widget in [*self.controls.values(), *self.children, self]:
+            for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
+                if isinstance(part, widgets.Widget):
+                    part.close()
+        for widget in [*self.controls.values(), *self.children]:
             widget.close()
         super().close()
 
@@ -340,10 +391,14 @@ def _seeded_module(d_model: int, num_heads: int, **options: Any) -> MultiHeadSel
 
 def _check_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:
     options = _divisors(d_model)
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads not in options:
-        raise ValueError(
-            f"{name} must divide d_model={d_model} (choose from {', '.join(map(str, options))}), got {name}={num_heads!r}"
+    choices = ", ".join(map(str, options))
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)):
+        raise TypeError(
+            f"{name} must be an int that divides d_model={d_model} (choose from {choices}), "
+            f"got {type(num_heads).__name__} {num_heads!r}"
         )
+    if num_heads not in options:
+        raise ValueError(f"{name} must divide d_model={d_model} (choose from {choices}), got {name}={num_heads!r}")
     if rope and (d_model // num_heads) % 2:
         raise ValueError(
             f"RoPE rotates pairs of features, so d_head = d_model / num_heads must be even: "
@@ -353,6 +408,4 @@ def _check_heads(name: str, num_heads: object, d_model: int, *, rope: bool = Fal
 
 
 def _check_d_model(d_model: object) -> int:
-    if isinstance(d_model, bool) or not isinstance(d_model, (int, np.integer)) or not 1 <= d_model <= 64:
-        raise ValueError(f"d_model must be an int in [1, 64], got d_model={d_model!r}")
-    return int(d_model)
+    return _check_int("d_model", d_model, 1, 64)

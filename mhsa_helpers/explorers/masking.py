@@ -20,6 +20,7 @@ from .base import (
     SEED_002_SEED,
     _SLIDER,
     Explorer,
+    _check_bool,
     _check_choice,
     _check_float,
     _check_int,
@@ -62,6 +63,7 @@ class _MaskingExplorer(Explorer):
 
     def _check(self, values):
         _check_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
+        _check_bool("causal", values["causal"])
         _check_choice("method", values["method"], tuple(METHODS))
         _check_float("dropout", values["dropout"], 0.0, 0.9)
 
@@ -129,6 +131,7 @@ def masking_explorer(*, seq_len: int = 6, causal: bool = True, method: str = "ne
     ``weights`` (after dropout), ``output``; matrices are ``(seq_len, seq_len)``.
     """
     _check_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
+    causal = _check_bool("causal", causal)
     _check_choice("method", method, tuple(METHODS))
     _check_float("dropout", dropout, 0.0, 0.9)
-    return _MaskingExplorer(int(seq_len), bool(causal), method, float(dropout))
+    return _MaskingExplorer(int(seq_len), causal, method, float(dropout))

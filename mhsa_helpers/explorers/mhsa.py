@@ -14,6 +14,7 @@ from .base import (
     HEADS_SENTENCE,
     _SLIDER,
     Explorer,
+    _check_bool,
     _check_d_model,
     _check_float,
     _check_heads,
@@ -63,7 +64,8 @@ class _MHSAExplorer(Explorer):
             self.controls["base"].disabled = not rope
 
     def _check(self, values):
-        _check_heads("num_heads", values["num_heads"], self.d_model, rope=bool(values["rope"]))
+        _check_bool("causal", values["causal"])
+        _check_heads("num_heads", values["num_heads"], self.d_model, rope=_check_bool("rope", values["rope"]))
         _check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
         _check_float("base", values["base"], 10.0, 1e6)
 
@@ -125,7 +127,9 @@ def mhsa_explorer(
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``output`` (seq_len, d_model).
     """
     d_model = _check_d_model(d_model)
-    num_heads = _check_heads("num_heads", num_heads, d_model, rope=bool(rope))
+    rope = _check_bool("rope", rope)
+    causal = _check_bool("causal", causal)
+    num_heads = _check_heads("num_heads", num_heads, d_model, rope=rope)
     _check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
     _check_float("base", base, 10.0, 1e6)
-    return _MHSAExplorer(d_model, num_heads, int(seq_len), bool(rope), float(base), bool(causal))
+    return _MHSAExplorer(d_model, num_heads, int(seq_len), rope, float(base), causal)

@@ -111,8 +111,9 @@ def rope_explorer(
     data: ``frequencies`` (d_head/2,), ``positions``, ``angles`` (radians, ``positions * theta``),
     ``rotated`` (num_positions, 2), ``distances``, ``scores`` (max_distance + 1,).
     """
-    if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or not 2 <= d_head <= 256 or d_head % 2:
-        raise ValueError(f"d_head must be an even int in [2, 256] (RoPE rotates pairs of features), got d_head={d_head!r}")
+    _check_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
+    if d_head % 2:
+        raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got d_head={d_head!r}")
     _check_float("base", base, 10.0, 1e6)
     _check_int("offset", offset, 0, 256)
     _check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")

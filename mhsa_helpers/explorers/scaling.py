@@ -12,7 +12,7 @@ from ..attention import attention_scores
 from ..examples import sentence_embeddings
 from ..plots.attention import _Heatmap
 from ..softmax import softmax
-from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_choice, _check_int, _numpy
+from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_bool, _check_choice, _check_int, _numpy
 
 __all__ = ["scaling_explorer"]
 
@@ -32,8 +32,7 @@ class _ScalingExplorer(Explorer):
     def _check(self, values):
         _check_int("d_k", values["d_k"], 1, 512)
         _check_choice("sentence", values["sentence"], SCALING_SENTENCES)
-        if not isinstance(values["scaled"], bool):
-            raise ValueError(f"scaled must be True or False, got {values['scaled']!r}")
+        _check_bool("scaled", values["scaled"])
 
     def _compute(self, values):
         d_k, sentence, scaled = values["d_k"], values["sentence"], values["scaled"]
@@ -94,6 +93,5 @@ def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], sca
     """
     _check_int("d_k", d_k, 1, 512)
     _check_choice("sentence", sentence, SCALING_SENTENCES)
-    if not isinstance(scaled, bool):
-        raise ValueError(f"scaled must be True or False, got {scaled!r}")
+    scaled = _check_bool("scaled", scaled)
     return _ScalingExplorer(int(d_k), sentence, scaled)

@@ -102,12 +102,13 @@ def rope_frequencies_plot(d_head: int, base: float, *, ax: Optional[Axes] = None
     ``highlight`` marks one pair in red.
     """
     thetas = rope_frequencies(d_head, base).double().numpy()
+    if highlight is not None:  # checked before a figure is opened, so bad input leaves none behind
+        highlight = _check_int("highlight", highlight, 0, len(thetas) - 1)
     if ax is None:
         ax = _new_axes((3.6, 2.8))
     pairs = np.arange(len(thetas))
     ax.plot(pairs, thetas, marker="o", markersize=3, color="#2171b5")
     if highlight is not None:
-        highlight = _check_int("highlight", highlight, 0, len(thetas) - 1)
         ax.plot([highlight], [thetas[highlight]], marker="o", markersize=7, color="#d62728", linestyle="none")
     ax.set_yscale("log")
     ax.set_xlabel("pair i", fontsize=8)

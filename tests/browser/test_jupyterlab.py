@@ -2,12 +2,14 @@
 
 A JupyterLab server is started on 127.0.0.1 (free port, random token, temporary
 root/config/data/runtime folders, this Python's ipykernel as the ``python3`` kernel)
-with a copy of ``explorers_fixture.ipynb``. Chromium (Debian's, at /usr/bin/chromium:
+with a copy of ``explorers_fixture.ipynb``; if another process takes the port first, it
+is started again on a new one. Chromium (Debian's, at /usr/bin/chromium:
 the test fails, not skips, without it) opens the notebook and runs every cell; then the
 heads explorer's "heads" and "seq_len" sliders are moved with the keyboard (focus the
 handle, arrow keys) and by dragging the handle with the mouse, and after each move the
-caption the kernel renders ("4 heads, seq 6 · ...") and the figure must show the new
-configuration. Any browser console error or page error fails the test.
+caption the kernel renders ("4 heads, seq 6 · ...") must show the new configuration and
+the figure's image must have been replaced. Any browser console error or page error
+fails the test. Every wait is bounded (a hung cell fails the test, it does not hang it).
 
 Keypress-to-render latency (keydown in the page to the caption's change in the page,
 median of 10+ moves) is printed, not asserted; run with ``-s`` to see it.
@@ -15,6 +17,7 @@ median of 10+ moves) is printed, not asserted; run with ``-s`` to see it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -44,6 +47,8 @@ CHROMIUM_ARGS = [
 FIXTURE = Path(__file__).with_name("explorers_fixture.ipynb")
 SERVER_TIMEOUT = 90
 RENDER_TIMEOUT_MS = 60_000
+#: Extra attempts to start the server when its port was taken between choosing and binding it.
+PORT_RETRIES = 3
 
 pytestmark = pytest.mark.browser
 
@@ -54,13 +59,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab_server(tmp_path_factory):
-    """A JupyterLab server of this Python; yields (base_url, token, log path)."""
-    base = tmp_path_factory.mktemp("lab")
-    root, log_path = base / "root", base / "server.log"
-    root.mkdir()
-    shutil.copy(FIXTURE, root / FIXTURE.name)
+def lab_environment(base: Path) -> dict:
+    """Private Jupyter folders under ``base``, with this Python as the ``python3`` kernel."""
     env = dict(os.environ)
     env.update(
         JUPYTER_CONFIG_DIR=str(base / "config"),
@@ -76,9 +76,12 @@ def lab_server(tmp_path_factory):
     # a python3 kernelspec in the private data folder, which is searched first.
     subprocess.run(
         [sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"],
-        env=env, check=True, capture_output=True,
+        env=env, check=True, capture_output=True, timeout=120,
     )
-    port, token = free_port(), secrets.token_hex(24)
+    return env
+
+
+def lab_command(root: Path, port: int, token: str) -> list:
     command = [
         sys.executable, "-m", "jupyter", "lab",
         "--no-browser",
@@ -95,37 +98,116 @@ def lab_server(tmp_path_factory):
     ]
     if os.geteuid() == 0:  # CI containers run as root; the server refuses that by default
         command.append("--allow-root")
-    log = open(log_path, "w")
-    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    return command
+
+
+def api(url: str, token: str, path: str, method: str = "GET", timeout: float = 10):
+    request = urllib.request.Request(f"{url}{path}", method=method, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = response.read()
+        return json.loads(body) if body else None
+
+
+def start_lab(root: Path, base: Path, env: dict, token: str, ports) -> tuple:
+    """Start ``jupyter lab`` on the first of ``ports`` it can bind, trying at most
+    ``1 + PORT_RETRIES`` of them: a port found free can be taken by another process before
+    the server binds it. Returns ``(server, url, log_path, log file)`` once it answers."""
+    failures = []
+    for attempt, port in zip(range(1 + PORT_RETRIES), ports):
+        log_path = base / f"server-{attempt}.log"
+        log = open(log_path, "w")
+        server = subprocess.Popen(lab_command(root, port, token), cwd=root, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + SERVER_TIMEOUT
         while True:
             if server.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
+                log.close()
+                text = log_path.read_text()
+                if "already in use" in text or f"port {port} is not available" in text:
+                    failures.append(f"port {port} was taken")
+                    break  # try the next port
+                pytest.fail(f"jupyter lab exited with {server.returncode}:\n{text[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
+                if api(url, token, "/api/status", timeout=2) is not None:
+                    return server, url, log_path, log
             except OSError:
                 pass
             if time.monotonic() > deadline:
+                stop_lab(server, url, token)
+                log.close()
                 pytest.fail(f"jupyter lab did not answer within {SERVER_TIMEOUT} s:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.5)
+    pytest.fail(f"jupyter lab could not bind a port in {1 + PORT_RETRIES} attempts: {'; '.join(failures)}")
+
+
+def stop_lab(server: subprocess.Popen, url: str, token: str) -> None:
+    """Shut the kernels down through the server, then stop the server.
+
+    Kernels are started in sessions of their own, so a signal to the server's process
+    group does not reach them; a server that exits cleanly shuts them down itself, but
+    one killed after a hang would leave them running. Hence the REST API first.
+    """
+    if server.poll() is None:
+        try:
+            for kernel in api(url, token, "/api/kernels", timeout=5) or []:
+                api(url, token, f"/api/kernels/{kernel['id']}", method="DELETE", timeout=20)
+        except (OSError, ValueError) as error:  # an unresponsive server: terminate it anyway
+            print(f"could not shut the kernels down through the server: {error}", file=sys.stderr)
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        server.wait(timeout=10)
+
+
+def free_ports():
+    while True:
+        yield free_port()
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory):
+    """A JupyterLab server of this Python; yields (base_url, token, log path)."""
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "root"
+    root.mkdir()
+    shutil.copy(FIXTURE, root / FIXTURE.name)
+    env = lab_environment(base)
+    token = secrets.token_hex(24)
+    server, url, log_path, log = start_lab(root, base, env, token, free_ports())
+    try:
         yield url, token, log_path
     finally:
-        # The server and its kernels share the session (process group) started above.
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(server.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            server.wait(timeout=10)
+        stop_lab(server, url, token)
         log.close()
+
+
+def test_server_start_moves_to_a_new_port_when_its_port_is_taken(tmp_path):
+    base, root = tmp_path, tmp_path / "root"
+    root.mkdir()
+    env = lab_environment(base)
+    token = secrets.token_hex(24)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        server, url, log_path, log = start_lab(root, base, env, token, iter([taken_port, free_port()]))
+        try:
+            assert not url.endswith(f":{taken_port}")
+            assert f"port {taken_port} is not available" in (base / "server-0.log").read_text()
+            assert log_path.name == "server-1.log"
+            assert api(url, token, "/api/kernels") == []
+        finally:
+            stop_lab(server, url, token)
+            log.close()
+    assert server.returncode is not None
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +260,27 @@ def figure_src(page, explorer_index: int = 0) -> str:
     return page.locator(".mhsa-explorer-figure").nth(explorer_index).get_attribute("src") or ""
 
 
+def wait_render(page, pattern: str, old_src: str, explorer_index: int = 0) -> str:
+    """Wait until the caption matches ``pattern`` and the figure's image is no longer
+    ``old_src`` (each redraw sends a new PNG, which the page shows under a new src)."""
+    text = wait_caption(page, pattern, explorer_index)
+    page.wait_for_function(
+        "([i, old]) => { const el = document.querySelectorAll('.mhsa-explorer-figure')[i];"
+        " return !!el && !!el.getAttribute('src') && el.getAttribute('src') !== old; }",
+        arg=[explorer_index, old_src],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    return text
+
+
+def press(page, control: str, key: str, pattern: str) -> str:
+    """Focus the control's slider handle, press ``key``, wait for the caption and a new figure."""
+    src = figure_src(page)
+    handle(page, control).focus()
+    page.keyboard.press(key)
+    return wait_render(page, pattern, src)
+
+
 def drag_to_fraction(page, control: str, fraction: float) -> None:
     """Press the mouse on the handle, move along the track to ``fraction`` of its width, release."""
     box = handle(page, control).bounding_box()
@@ -215,11 +318,16 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
     url, token, log_path = lab_server
     errors: list[str] = []
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    # Bounds every locator action and navigation (page.evaluate has none: it is only given
+    # expressions that return at once).
+    page.set_default_timeout(RENDER_TIMEOUT_MS)
+    page.set_default_navigation_timeout(RENDER_TIMEOUT_MS)
     # No allow-list: any console error or uncaught page error fails the test.
     page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     try:
-        page.goto(f"{url}/lab/tree/{FIXTURE.name}?token={token}", wait_until="domcontentloaded")
+        page.goto(f"{url}/lab/tree/{FIXTURE.name}?token={token}", wait_until="domcontentloaded",
+                  timeout=RENDER_TIMEOUT_MS)
         page.wait_for_selector(".jp-Notebook", timeout=RENDER_TIMEOUT_MS)
         page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
@@ -229,7 +337,9 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
             " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.connectionStatus === 'connected'",
             timeout=RENDER_TIMEOUT_MS,
         )
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # Start "Run All Cells" without returning its promise: evaluate would wait for it with
+        # no timeout, so a hung cell would hang the test; the bounded waits below notice it.
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         first = wait_caption(page, r"^2 heads, seq 6 ")
         page.wait_for_selector(".mhsa-explorer >> nth=1", timeout=RENDER_TIMEOUT_MS)
         wait_caption(page, r"^seq 6 · causal mask · neg_inf", explorer_index=1)
@@ -237,44 +347,37 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
         assert "2 heatmaps" in first
         page.evaluate(LATENCY_JS)
 
-        # --- keyboard: focus the heads handle, ArrowRight = next divisor of 12 (3), ArrowLeft back.
-        src = figure_src(page)
-        handle(page, "num-heads").focus()
-        page.keyboard.press("ArrowRight")
-        text = wait_caption(page, r"^3 heads, seq 6 ")
-        assert "3 heatmaps" in text
-        assert figure_src(page) != src, "the figure was not replaced"
-        page.keyboard.press("ArrowRight")
-        assert "4 heatmaps" in wait_caption(page, r"^4 heads, seq 6 ")
+        # --- keyboard: focus the heads handle; ArrowRight = next divisor of 12: 2 -> 3 -> 4.
+        assert "3 heatmaps" in press(page, "num-heads", "ArrowRight", r"^3 heads, seq 6 ")
+        assert "4 heatmaps" in press(page, "num-heads", "ArrowRight", r"^4 heads, seq 6 ")
 
         # --- keyboard on seq_len: ArrowLeft 6 -> 5.
-        handle(page, "seq-len").focus()
-        page.keyboard.press("ArrowLeft")
-        wait_caption(page, r"^4 heads, seq 5 ")
+        press(page, "seq-len", "ArrowLeft", r"^4 heads, seq 5 ")
 
         # --- drag: heads handle to the last option (12), then back to the first (1).
+        src = figure_src(page)
         drag_to_fraction(page, "num-heads", 1.05)
-        assert "12 heatmaps" in wait_caption(page, r"^12 heads, seq 5 ")
+        assert "12 heatmaps" in wait_render(page, r"^12 heads, seq 5 ", src)
+        src = figure_src(page)
         drag_to_fraction(page, "num-heads", -0.05)
-        assert "1 heatmaps" in wait_caption(page, r"^1 heads, seq 5 ")
-        # --- drag: seq_len (1..8) to its middle, 4 or 5 depending on rounding; then to the end.
+        assert "1 heatmaps" in wait_render(page, r"^1 heads, seq 5 ", src)
+        # --- drag: seq_len (1..8, 7 steps) to 3/7 of the track, i.e. exactly 1 + 3 = 4 (half a
+        # step from where rounding would give 3 or 5); then past the end, 8.
+        src = figure_src(page)
         drag_to_fraction(page, "seq-len", 3 / 7)
-        text = wait_caption(page, r"^1 heads, seq 4 ")
+        wait_render(page, r"^1 heads, seq 4 ", src)
+        src = figure_src(page)
         drag_to_fraction(page, "seq-len", 1.05)
-        wait_caption(page, r"^1 heads, seq 8 ")
+        wait_render(page, r"^1 heads, seq 8 ", src)
         # Back to 2 heads with the keyboard for the timing runs below.
-        handle(page, "num-heads").focus()
-        page.keyboard.press("ArrowRight")
-        wait_caption(page, r"^2 heads, seq 8 ")
+        press(page, "num-heads", "ArrowRight", r"^2 heads, seq 8 ")
 
         # --- latency: 10 keyboard moves of each slider, each waiting for its render.
         page.evaluate("() => { window.__mhsa.samples = []; }")
         moves = [("seq-len", "ArrowLeft", r"^2 heads, seq 7 "), ("seq-len", "ArrowRight", r"^2 heads, seq 8 ")] * 5
         moves += [("num-heads", "ArrowRight", r"^3 heads, seq 8 "), ("num-heads", "ArrowLeft", r"^2 heads, seq 8 ")] * 5
         for control, key, expected in moves:
-            handle(page, control).focus()
-            page.keyboard.press(key)
-            wait_caption(page, expected)
+            press(page, control, key, expected)
         samples = page.evaluate("() => window.__mhsa.samples")
         assert len(samples) >= 20, samples
         seq_samples, head_samples = samples[:10], samples[10:20]
