@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "check_ndim",
     "check_size",
     "check_positive_int",
+    "check_int",
     "check_divisible",
     "check_same_dtype",
     "check_broadcasts_to",
@@ -65,6 +67,17 @@ def check_positive_int(name: str, value: object, allow_zero: bool = False) -> in
     if value < lowest:
         raise ValueError(f"{name} must be >= {lowest}, got {value}")
     return value
+
+
+def check_int(name: str, value: object, low: int, high: Optional[int] = None, why: str = "") -> int:
+    """An int (numpy ints too, never a bool) in ``[low, high]`` (``high=None``: no upper bound);
+    ``why`` is appended to the requirement, e.g. ``" (one of the heads)"``."""
+    bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r} (expected {bounds}{why})")
+    if int(value) < low or (high is not None and int(value) > high):
+        raise ValueError(f"{name} must be {bounds}{why}, got {name}={value}")
+    return int(value)
 
 
 def check_divisible(total_name: str, total: int, parts_name: str, parts: int) -> int:

@@ -91,14 +91,20 @@ def _base_of(rope_module):
     return rope_module.base
 
 
-def attend_with_cache_ok(q_new, k_new, v_new, cached_k, cached_v, rope_module):
+def _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, *, first_position=None, mask=None):
+    """One cached decoding step written from torch primitives; the keyword arguments inject a mistake."""
     past, new = cached_k.shape[-2], q_new.shape[-2]
-    positions = torch.arange(past, past + new)
+    start = past if first_position is None else first_position
+    positions = torch.arange(start, start + new)
     base = _base_of(rope_module)
     q = rotate_ok(q_new, positions, base)
     k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
     v = torch.cat((cached_v, v_new), dim=-2)
-    return attention_ok(q, k, v, decoding_mask_ok(new, past + new))
+    return attention_ok(q, k, v, decoding_mask_ok(new, past + new) if mask is None else mask(past, new))
+
+
+def attend_with_cache_ok(q_new, k_new, v_new, cached_k, cached_v, rope_module):
+    return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module)
 
 
 def causal_block_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
@@ -148,24 +154,15 @@ def rope_attention_half_split(q, k, v, positions, base):
 
 
 def attend_with_cache_restarting_positions(q_new, k_new, v_new, cached_k, cached_v, rope_module):
-    past, new = cached_k.shape[-2], q_new.shape[-2]
-    positions = torch.arange(new)  # the mistake: as if the sequence started again
-    base = _base_of(rope_module)
-    q = rotate_ok(q_new, positions, base)
-    k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
-    v = torch.cat((cached_v, v_new), dim=-2)
-    return attention_ok(q, k, v, decoding_mask_ok(new, past + new))
+    # the mistake: positions as if the sequence started again
+    return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, first_position=0)
 
 
 def attend_with_cache_mask_strict(q_new, k_new, v_new, cached_k, cached_v, rope_module):
-    past, new = cached_k.shape[-2], q_new.shape[-2]
-    positions = torch.arange(past, past + new)
-    base = _base_of(rope_module)
-    q = rotate_ok(q_new, positions, base)
-    k = torch.cat((cached_k, rotate_ok(k_new, positions, base)), dim=-2)
-    v = torch.cat((cached_v, v_new), dim=-2)
-    mask = torch.tensor([[j < past + i for j in range(past + new)] for i in range(new)])  # < instead of <=
-    return attention_ok(q, k, v, mask)
+    def strict(past, new):  # < instead of <=: a new token cannot see itself
+        return torch.tensor([[j < past + i for j in range(past + new)] for i in range(new)])
+
+    return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, mask=strict)
 
 
 def decoding_mask_strict(num_new, total):

@@ -180,7 +180,7 @@ def test_rope_frequencies_plot():
 
 @pytest.mark.parametrize(
     "highlight, error, message",
-    [(8, ValueError, r"highlight must be in \[0, 7\], got 8"), (-1, ValueError, r"highlight must be in \[0, 7\]"),
+    [(8, ValueError, r"highlight must be in \[0, 7\], got highlight=8"), (-1, ValueError, r"highlight must be in \[0, 7\]"),
      (2.0, TypeError, r"highlight must be an int, got float"), (True, TypeError, r"highlight must be an int, got bool")],
 )
 def test_rope_frequencies_plot_refuses_a_bad_highlight_without_opening_a_figure(highlight, error, message):

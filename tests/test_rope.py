@@ -72,6 +72,11 @@ def test_single_pair_rotation_by_hand():
     torch.testing.assert_close(rope(x), expected, atol=1e-7, rtol=0)
 
 
+@pytest.mark.parametrize(
+    "convention, reference",
+    [("half_split", _hf_rope), ("interleaved", _complex_rope)],
+    ids=["half_split-equals-hugging-face-formula", "interleaved-equals-complex-formulation"],
+)
 @given(
     d_head=even_d_head,
     seq=st.integers(1, 6),
@@ -79,28 +84,13 @@ def test_single_pair_rotation_by_hand():
     base=st.sampled_from([10000.0, 500000.0, 100.0]),
     seed=SEEDS,
 )
-def test_half_split_equals_hugging_face_formula(d_head, seq, start, base, seed):
+def test_equals_independent_formula(convention, reference, d_head, seq, start, base, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(2, 3, seq, d_head, generator=gen, dtype=torch.float64)
     positions = torch.arange(start, start + seq)
-    rope = RotaryEmbedding(d_head, max_seq_len=2048 + 6, base=base, convention="half_split")
+    rope = RotaryEmbedding(d_head, max_seq_len=2048 + 6, base=base, convention=convention)
     # The angles are exact to float64; only cos/sin are rounded to float32 (|error| <= 6e-8 each).
-    torch.testing.assert_close(rope(x, positions), _hf_rope(x, positions, base), atol=1e-6, rtol=0)
-
-
-@given(
-    d_head=even_d_head,
-    seq=st.integers(1, 6),
-    start=st.integers(0, 2000),
-    base=st.sampled_from([10000.0, 500000.0, 100.0]),
-    seed=SEEDS,
-)
-def test_interleaved_equals_complex_formulation(d_head, seq, start, base, seed):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 3, seq, d_head, generator=gen, dtype=torch.float64)
-    positions = torch.arange(start, start + seq)
-    rope = RotaryEmbedding(d_head, max_seq_len=2048 + 6, base=base, convention="interleaved")
-    torch.testing.assert_close(rope(x, positions), _complex_rope(x, positions, base), atol=1e-6, rtol=0)
+    torch.testing.assert_close(rope(x, positions), reference(x, positions, base), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("convention", CONVENTIONS)

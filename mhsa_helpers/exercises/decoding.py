@@ -23,10 +23,6 @@ from .heads import merge_reshape_without_transpose, split_view_without_transpose
 __all__ = ["check_decoding_mask", "check_attend_with_cache", "check_causal_mhsa_rope"]
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 # ------------------------------------------------ the mask for new tokens
 
 
@@ -203,7 +199,7 @@ STEP_MISCONCEPTIONS = (
 
 
 def _step_cases() -> "list[Case]":
-    g = _generator(6)
+    g = torch.Generator().manual_seed(6)
 
     def case(batch, heads, past, new, d_head, base):
         rope = RotaryEmbedding(d_head, 64, base)
@@ -311,7 +307,7 @@ BLOCK_MISCONCEPTIONS = (
 
 
 def _block_cases() -> "list[Case]":
-    g = _generator(66)
+    g = torch.Generator().manual_seed(66)
 
     def case(batch, seq, d_model, heads, base):
         weights = [torch.randn(d_model, d_model, generator=g) / d_model**0.5 for _ in range(4)]

@@ -28,10 +28,6 @@ __all__ = [
 ]
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 # --------------------------------------------------------------- split_heads
 
 
@@ -77,7 +73,7 @@ SPLIT_HEADS_MISCONCEPTIONS = (
 
 
 def _split_cases() -> "list[Case]":
-    g = _generator(4)
+    g = torch.Generator().manual_seed(4)
     return [
         Case((torch.randn(2, 3, 8, generator=g), 2), description="x (batch=2, seq=3, d_model=8), 2 heads"),
         Case((torch.randn(5, 12, generator=g), 3), description="x (seq=5, d_model=12), 3 heads"),
@@ -137,7 +133,7 @@ MERGE_HEADS_MISCONCEPTIONS = (
 
 
 def _merge_cases() -> "list[Case]":
-    g = _generator(40)
+    g = torch.Generator().manual_seed(40)
     return [
         Case((torch.randn(2, 2, 3, 4, generator=g),), description="heads (batch=2, heads=2, seq=3, d_head=4)"),
         Case((torch.randn(3, 5, 2, generator=g),), description="heads (heads=3, seq=5, d_head=2)"),
@@ -249,7 +245,7 @@ MHA_MISCONCEPTIONS = (
 
 
 def _mha_cases() -> "list[Case]":
-    g = _generator(404)
+    g = torch.Generator().manual_seed(404)
 
     def case(batch, seq, d_model, heads):
         shape = (*batch, seq, d_model)
@@ -311,7 +307,7 @@ FUSED_MISCONCEPTIONS = (
 
 
 def _fused_cases() -> "list[Case]":
-    g = _generator(4004)
+    g = torch.Generator().manual_seed(4004)
     return [
         Case((torch.randn(3 * 8, 5, generator=g), 2), description="qkv weight (24, 5), 2 heads of 4"),
         Case((torch.randn(3 * 8, 3, generator=g), 4), description="qkv weight (24, 3), 4 heads of 2"),

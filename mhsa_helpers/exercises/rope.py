@@ -24,10 +24,6 @@ __all__ = [
 ]
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 # -------------------------------------------------------------- frequencies
 
 
@@ -160,7 +156,7 @@ APPLY_MISCONCEPTIONS = (
 
 
 def _apply_cases() -> "list[Case]":
-    g = _generator(5)
+    g = torch.Generator().manual_seed(5)
     return [
         Case((torch.randn(4, 8, generator=g), torch.tensor([5, 6, 7, 8]), 10000.0),
              description="x (seq=4, d_head=8), positions 5..8, base 10000"),
@@ -224,7 +220,7 @@ ROPE_ATTENTION_MISCONCEPTIONS = (
 
 
 def _attention_cases() -> "list[Case]":
-    g = _generator(55)
+    g = torch.Generator().manual_seed(55)
 
     def qkv(*shape):
         return tuple(torch.randn(*shape, generator=g) for _ in range(3))
@@ -293,7 +289,7 @@ CONVERT_MISCONCEPTIONS = (
 
 
 def _convert_cases() -> "list[Case]":
-    g = _generator(555)
+    g = torch.Generator().manual_seed(555)
     return [
         Case((torch.randn(2 * 8, 5, generator=g), 2), description="W_Q (2 heads x 8, d_in=5)"),
         Case((torch.randn(3 * 6, 4, generator=g), 3), description="W_K (3 heads x 6, d_in=4)"),

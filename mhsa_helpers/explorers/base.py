@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
+from .._validation import check_int
 from ..examples import TELESCOPE_SENTENCE, sentence_embeddings
 from ..mha import MultiHeadSelfAttention
 
@@ -79,13 +80,6 @@ def _divisors(n: int) -> List[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _check_int(name: str, value: object, low: int, high: int, why: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int in [{low}, {high}]{why}, got {type(value).__name__} {value!r}")
-    if not low <= int(value) <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}]{why}, got {name}={value}")
-    return int(value)
-
 
 def _check_float(name: str, value: object, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -94,11 +88,6 @@ def _check_float(name: str, value: object, low: float, high: float) -> float:
         raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {name}={value}")
     return float(value)
 
-
-def _check_choice(name: str, value: object, choices: Sequence[Any]) -> Any:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {name}={value!r}")
-    return value
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -408,4 +397,4 @@ def _check_heads(name: str, num_heads: object, d_model: int, *, rope: bool = Fal
 
 
 def _check_d_model(d_model: object) -> int:
-    return _check_int("d_model", d_model, 1, 64)
+    return check_int("d_model", d_model, 1, 64)

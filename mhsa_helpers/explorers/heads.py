@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
+from .._validation import check_int
 from ..plots.attention import _HeadGrid
 from .base import (
     HEADS_SENTENCE,
@@ -13,7 +14,6 @@ from .base import (
     Explorer,
     _check_d_model,
     _check_heads,
-    _check_int,
     _divisors,
     _heads_columns,
     _heads_inputs,
@@ -48,8 +48,8 @@ class _HeadsExplorer(Explorer):
 
     def _check(self, values):
         _check_heads("num_heads", values["num_heads"], self.d_model)
-        _check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
-        _check_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
+        check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
+        check_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
 
     def _compute(self, values):
         heads, n = values["num_heads"], values["seq_len"]
@@ -92,6 +92,6 @@ def heads_explorer(d_model: int = 12, *, num_heads: int = 2, seq_len: int = 6, h
     """
     d_model = _check_d_model(d_model)
     num_heads = _check_heads("num_heads", num_heads, d_model)
-    _check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
-    _check_int("head", head, 1, num_heads, " (one of the heads)")
+    check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
+    check_int("head", head, 1, num_heads, " (one of the heads)")
     return _HeadsExplorer(d_model, num_heads, int(seq_len), int(head))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
+from .._validation import check_choice, check_int
 from ..attention import attention_scores
 from ..examples import your_journey_starts_with_one_step
 from ..masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renormalize
@@ -21,9 +22,7 @@ from .base import (
     _SLIDER,
     Explorer,
     _check_bool,
-    _check_choice,
     _check_float,
-    _check_int,
     _numpy,
     _seeded,
 )
@@ -62,9 +61,9 @@ class _MaskingExplorer(Explorer):
         super().__init__(controls, title="Masking: which keys may each query see?")
 
     def _check(self, values):
-        _check_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
+        check_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
         _check_bool("causal", values["causal"])
-        _check_choice("method", values["method"], tuple(METHODS))
+        check_choice("method", values["method"], tuple(METHODS))
         _check_float("dropout", values["dropout"], 0.0, 0.9)
 
     def _compute(self, values):
@@ -130,8 +129,8 @@ def masking_explorer(*, seq_len: int = 6, causal: bool = True, method: str = "ne
     data: ``tokens``, ``scores``, ``mask`` (bool, True = may attend), ``weights_before_dropout``,
     ``weights`` (after dropout), ``output``; matrices are ``(seq_len, seq_len)``.
     """
-    _check_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
+    check_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
     causal = _check_bool("causal", causal)
-    _check_choice("method", method, tuple(METHODS))
+    check_choice("method", method, tuple(METHODS))
     _check_float("dropout", dropout, 0.0, 0.9)
     return _MaskingExplorer(int(seq_len), causal, method, float(dropout))

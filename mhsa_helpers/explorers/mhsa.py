@@ -9,6 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
+from .._validation import check_int
 from ..plots.attention import _Heatmap, _HeadGrid
 from .base import (
     HEADS_SENTENCE,
@@ -18,7 +19,6 @@ from .base import (
     _check_d_model,
     _check_float,
     _check_heads,
-    _check_int,
     _divisors,
     _heads_columns,
     _heads_inputs,
@@ -66,7 +66,7 @@ class _MHSAExplorer(Explorer):
     def _check(self, values):
         _check_bool("causal", values["causal"])
         _check_heads("num_heads", values["num_heads"], self.d_model, rope=_check_bool("rope", values["rope"]))
-        _check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
+        check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
         _check_float("base", values["base"], 10.0, 1e6)
 
     def _compute(self, values):
@@ -130,6 +130,6 @@ def mhsa_explorer(
     rope = _check_bool("rope", rope)
     causal = _check_bool("causal", causal)
     num_heads = _check_heads("num_heads", num_heads, d_model, rope=rope)
-    _check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
+    check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
     _check_float("base", base, 10.0, 1e6)
     return _MHSAExplorer(d_model, num_heads, int(seq_len), rope, float(base), causal)

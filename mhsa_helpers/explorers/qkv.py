@@ -7,10 +7,11 @@ import math
 
 import ipywidgets as widgets
 
+from .._validation import check_int
 from ..attention import attention_scores, scaled_dot_product_attention
 from ..examples import money_bank_grows
 from ..plots.attention import _Heatmap
-from .base import Explorer, _check_float, _check_int, _log_slider, _numpy
+from .base import Explorer, _check_float, _log_slider, _numpy
 
 __all__ = ["qkv_explorer"]
 
@@ -28,7 +29,7 @@ class _QKVExplorer(Explorer):
         super().__init__(controls, title="Money Bank Grows: Q·Kᵀ/√d_k, then softmax")
 
     def _check(self, values):
-        _check_int("head", values["head"], 1, 2, " (seed 001 has two heads)")
+        check_int("head", values["head"], 1, 2, " (seed 001 has two heads)")
         _check_float("score_scale", values["score_scale"], 0.1, 1000.0)
 
     def _compute(self, values):
@@ -80,6 +81,6 @@ def qkv_explorer(*, head: int = 1, score_scale: float = 1.0) -> Explorer:
     it sharpen. data: ``tokens``, ``q``, ``k``, ``v`` (3, 3), ``scores`` (3, 3) (after scaling),
     ``weights`` (3, 3), ``output`` (3, 3).
     """
-    head = _check_int("head", head, 1, 2, " (seed 001 has two heads)")
+    head = check_int("head", head, 1, 2, " (seed 001 has two heads)")
     _check_float("score_scale", score_scale, 0.1, 1000.0)
     return _QKVExplorer(head, float(score_scale))

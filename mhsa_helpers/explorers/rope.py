@@ -7,6 +7,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
+from .._validation import check_int
 from ..plots.rope import (
     rope_frequencies_plot,
     rope_rotation_arrows,
@@ -15,7 +16,7 @@ from ..plots.rope import (
     rotate_pair,
 )
 from ..rope import rope_frequencies
-from .base import _SLIDER, Explorer, _check_float, _check_int, _log_slider
+from .base import _SLIDER, Explorer, _check_float, _log_slider
 
 __all__ = ["rope_explorer"]
 
@@ -38,8 +39,8 @@ class _RopeExplorer(Explorer):
 
     def _check(self, values):
         _check_float("base", values["base"], 10.0, 1e6)
-        _check_int("offset", values["offset"], 0, 256)
-        _check_int("pair_index", values["pair_index"], 0, self.d_head // 2 - 1, f" (d_head={self.d_head} has {self.d_head // 2} pairs)")
+        check_int("offset", values["offset"], 0, 256)
+        check_int("pair_index", values["pair_index"], 0, self.d_head // 2 - 1, f" (d_head={self.d_head} has {self.d_head // 2} pairs)")
 
     def _compute(self, values):
         base, offset, pair = float(values["base"]), values["offset"], values["pair_index"]
@@ -111,12 +112,12 @@ def rope_explorer(
     data: ``frequencies`` (d_head/2,), ``positions``, ``angles`` (radians, ``positions * theta``),
     ``rotated`` (num_positions, 2), ``distances``, ``scores`` (max_distance + 1,).
     """
-    _check_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
+    check_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
     if d_head % 2:
         raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got d_head={d_head!r}")
     _check_float("base", base, 10.0, 1e6)
-    _check_int("offset", offset, 0, 256)
-    _check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
-    _check_int("num_positions", num_positions, 1, 16)
-    _check_int("max_distance", max_distance, 1, 1024)
+    check_int("offset", offset, 0, 256)
+    check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
+    check_int("num_positions", num_positions, 1, 16)
+    check_int("max_distance", max_distance, 1, 1024)
     return _RopeExplorer(int(d_head), float(base), int(offset), int(pair_index), int(num_positions), int(max_distance))

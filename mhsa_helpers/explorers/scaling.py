@@ -8,11 +8,12 @@ import math
 import ipywidgets as widgets
 import numpy as np
 
+from .._validation import check_choice, check_int
 from ..attention import attention_scores
 from ..examples import sentence_embeddings
 from ..plots.attention import _Heatmap
 from ..softmax import softmax
-from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_bool, _check_choice, _check_int, _numpy
+from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_bool, _numpy
 
 __all__ = ["scaling_explorer"]
 
@@ -30,8 +31,8 @@ class _ScalingExplorer(Explorer):
         super().__init__(controls, title="Why divide the scores by √d_k?")
 
     def _check(self, values):
-        _check_int("d_k", values["d_k"], 1, 512)
-        _check_choice("sentence", values["sentence"], SCALING_SENTENCES)
+        check_int("d_k", values["d_k"], 1, 512)
+        check_choice("sentence", values["sentence"], SCALING_SENTENCES)
         _check_bool("scaled", values["scaled"])
 
     def _compute(self, values):
@@ -91,7 +92,7 @@ def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], sca
     data: ``tokens``, ``q``, ``k`` (seq, d_k), ``scores`` and ``weights`` (seq, seq),
     ``score_std`` (population std of the scores), ``expected_std`` (``√d_k`` or 1).
     """
-    _check_int("d_k", d_k, 1, 512)
-    _check_choice("sentence", sentence, SCALING_SENTENCES)
+    check_int("d_k", d_k, 1, 512)
+    check_choice("sentence", sentence, SCALING_SENTENCES)
     scaled = _check_bool("scaled", scaled)
     return _ScalingExplorer(int(d_k), sentence, scaled)

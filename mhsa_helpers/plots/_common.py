@@ -44,15 +44,6 @@ def _check_tokens(name: str, tokens: Optional[Sequence[str]], expected: int, wha
     return tokens
 
 
-def _check_int(name: str, value: object, low: int, high: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bounds}, got {value}")
-    return value
-
 
 def _new_axes(figsize: Tuple[float, float]) -> Axes:
     # pyplot (not a bare Figure) so that Jupyter's inline backend shows it.

@@ -17,7 +17,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ._common import _as_array, _as_matrix, _check_int, _check_tokens, _new_axes
+from .._validation import check_int
+from ._common import _as_array, _as_matrix, _check_tokens, _new_axes
 
 __all__ = [
     "attention_heatmap",
@@ -293,7 +294,7 @@ def head_grid(
     if values.ndim != 3 or 0 in values.shape:
         raise ValueError(f"weights must be a non-empty 3-D array (heads, seq_q, seq_k), got shape {values.shape}")
     heads, seq_q, seq_k = values.shape
-    ncols = _check_int("ncols", ncols, 1)
+    ncols = check_int("ncols", ncols, 1)
     if tokens is not None:
         if seq_q != seq_k:
             raise ValueError(
@@ -301,7 +302,7 @@ def head_grid(
             )
         tokens = _check_tokens("tokens", tokens, seq_q, "position")
     if highlight is not None:
-        highlight = _check_int("highlight", highlight, 0, heads - 1)
+        highlight = check_int("highlight", highlight, 0, heads - 1)
     cols = min(ncols, heads)
     rows = math.ceil(heads / cols)
     if figsize is None:
