@@ -18,7 +18,7 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._validation import (
+from .checks import (
     check_bool_mask,
     check_floating,
     check_ndim,

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_choice, check_positive_int
+from .checks import check_choice, check_positive_int
 from .mha import MultiHeadSelfAttention
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
-from ._validation import check_positive_int
+from .checks import check_positive_int
 
 __all__ = [
     "MoneyBankGrows",

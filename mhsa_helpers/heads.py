@@ -23,7 +23,7 @@ from typing import List, Sequence
 
 import torch
 
-from ._validation import check_divisible, check_ndim, check_positive_int, check_tensor
+from .checks import check_divisible, check_ndim, check_positive_int, check_tensor
 
 __all__ = [
     "split_heads",

@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._validation import check_ndim, check_tensor
+from .checks import check_ndim, check_tensor
 
 __all__ = ["KVCache"]
 

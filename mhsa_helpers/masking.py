@@ -11,7 +11,7 @@ from typing import Optional, Union
 
 import torch
 
-from ._validation import check_bool_mask, check_floating, check_positive_int, check_tensor
+from .checks import check_bool_mask, check_floating, check_positive_int, check_tensor
 from .softmax import softmax
 
 __all__ = [

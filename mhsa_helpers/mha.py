@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import (
+from .checks import (
     check_broadcasts_to,
     check_choice,
     check_divisible,

@@ -23,7 +23,7 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
-from ._validation import (
+from .checks import (
     check_broadcasts_to,
     check_choice,
     check_divisible,

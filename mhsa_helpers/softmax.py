@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validation import check_floating
+from .checks import check_floating
 
 __all__ = ["softmax"]
 

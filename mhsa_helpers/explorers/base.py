@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
-from .._validation import check_int
+from ..checks import check_int
 from ..examples import TELESCOPE_SENTENCE, sentence_embeddings
 from ..mha import MultiHeadSelfAttention
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import torch
 
-from .._validation import check_int
+from ..checks import check_int
 from ..plots.attention import _HeadGrid
 from .base import (
     HEADS_SENTENCE,

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from .._validation import check_choice, check_int
+from ..checks import check_choice, check_int
 from ..attention import attention_scores
 from ..examples import your_journey_starts_with_one_step
 from ..masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renormalize

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from .._validation import check_int
+from ..checks import check_int
 from ..plots.attention import _Heatmap, _HeadGrid
 from .base import (
     HEADS_SENTENCE,

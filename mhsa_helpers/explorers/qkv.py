@@ -7,7 +7,7 @@ import math
 
 import ipywidgets as widgets
 
-from .._validation import check_int
+from ..checks import check_int
 from ..attention import attention_scores, scaled_dot_product_attention
 from ..examples import money_bank_grows
 from ..plots.attention import _Heatmap

@@ -7,7 +7,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from .._validation import check_int
+from ..checks import check_int
 from ..plots.rope import (
     rope_frequencies_plot,
     rope_rotation_arrows,

@@ -8,7 +8,7 @@ import math
 import ipywidgets as widgets
 import numpy as np
 
-from .._validation import check_choice, check_int
+from ..checks import check_choice, check_int
 from ..attention import attention_scores
 from ..examples import sentence_embeddings
 from ..plots.attention import _Heatmap

@@ -17,7 +17,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from .._validation import check_int
+from ..checks import check_int
 from ._common import _as_array, _as_matrix, _check_tokens, _new_axes
 
 __all__ = [

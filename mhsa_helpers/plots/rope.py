@@ -12,7 +12,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.patches import Circle
 
-from .._validation import check_int
+from ..checks import check_int
 from ..rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
 from ._common import _as_array, _new_axes
 
