@@ -1,14 +1,26 @@
-"""Heatmaps of attention: one weight matrix, one panel per head, a boolean mask.
+"""The figures every lesson uses: attention heatmaps, one panel per head, mask heatmaps,
+and benchmark tables drawn as lines.
 
-Queries are on the rows and keys on the columns, so every row of a weight matrix sums
-to 1. :class:`_Heatmap` and :class:`_HeadGrid` update their pictures in place; the
+Every function accepts torch tensors or numpy arrays (lists work too), draws with
+explicit sizes and no randomness, and returns what it drew on (an ``Axes``, or a
+``Figure`` for :func:`head_grid`). Pass ``ax=`` to draw into your own figure;
+without it a new pyplot figure of a fixed size is made, which Jupyter shows below
+the cell.
+
+Heatmaps put **queries on the rows** and **keys on the columns**: row ``i`` is how
+query ``i`` spreads its attention over the keys, so every row of a weight matrix
+sums to 1. :class:`Heatmap` and :class:`HeadGrid` update their pictures in place; the
 explorers keep them and redraw only what changed.
+
+Figures that belong to one lesson live in its folder (e.g. the RoPE pictures in
+:mod:`mhsa_helpers.lessons.rope.figures`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -18,7 +30,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..checks import check_int
-from ._common import _as_array, _as_matrix, _check_tokens, _new_axes
 
 __all__ = [
     "attention_heatmap",
@@ -27,7 +38,65 @@ __all__ = [
     "WEIGHTS_CMAP",
     "MASK_COLORS",
     "ANNOTATE_MAX_SEQ",
+    "Heatmap",
+    "HeadGrid",
+    "benchmark_plot",
+    "as_array",
+    "as_matrix",
+    "check_tokens",
+    "new_axes",
 ]
+
+
+# ----------------------------------------------------------------- inputs
+
+def as_array(name: str, value: object, *, dtype=np.float64) -> np.ndarray:
+    """torch tensor / numpy array / nested list -> numpy array of ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        value = value.numpy()
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a torch tensor or numpy array of numbers, got {type(value).__name__}"
+        ) from None
+    return array
+
+
+def as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) -> np.ndarray:
+    """Like :func:`as_array`, and the result must be a non-empty 2-D array (``shape_hint`` names its axes)."""
+    array = as_array(name, value, dtype=dtype)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"{name} must be a non-empty 2-D array {shape_hint}, got shape {array.shape}")
+    return array
+
+
+def check_tokens(name: str, tokens: Optional[Sequence[str]], expected: int, what: str) -> Optional[List[str]]:
+    """``tokens`` as a list of ``expected`` strings, one per ``what`` (``None`` stays ``None``)."""
+    if tokens is None:
+        return None
+    if isinstance(tokens, str):
+        raise TypeError(f"{name} must be a list of strings, one per {what}, got the string {tokens!r}")
+    tokens = [str(t) for t in tokens]
+    if len(tokens) != expected:
+        raise ValueError(f"{name} must hold one label per {what} ({expected}), got {len(tokens)}")
+    return tokens
+
+
+
+def new_axes(figsize: Tuple[float, float]) -> Axes:
+    """A new pyplot Axes of ``figsize`` inches."""
+    # pyplot (not a bare Figure) so that Jupyter's inline backend shows it.
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+# ----------------------------------------------------------------- heatmaps
 
 
 #: Colormap of attention weights (white = 0, dark blue = 1).
@@ -52,10 +121,7 @@ def _label_axes(ax: Axes, query_tokens, key_tokens, seq_q: int, seq_k: int, *, f
     ax.tick_params(length=0)
 
 
-# ----------------------------------------------------------------- heatmaps
-
-
-class _Heatmap:
+class Heatmap:
     """One heatmap on an Axes whose values (and annotations) can be replaced in place.
 
     The explorers redraw many times a second; replacing an image's data and a few text
@@ -124,7 +190,13 @@ class _Heatmap:
                 for j in range(seq_k)
             ]
 
+    def set_range(self, vmin: float, vmax: float) -> None:
+        """Fix the colour range to ``[vmin, vmax]`` (e.g. symmetric about 0, or widened after dropout)."""
+        self._fixed = (vmin, vmax)
+        self.image.set_clim(vmin, vmax)
+
     def set_values(self, values: np.ndarray) -> None:
+        """Show ``values`` (the heatmap's shape); an unfixed end of the colour range follows the data."""
         if values.shape != self.shape:
             raise ValueError(f"values must keep the heatmap's shape {self.shape}, got {values.shape}")
         self.image.set_data(values)
@@ -189,20 +261,20 @@ def _heatmap(
     fmt: str = "{:.2f}",
     fontsize: float = 8,
     name: str = "weights",
-) -> _Heatmap:
-    values = _as_matrix(name, weights, "(seq_q, seq_k)")
+) -> Heatmap:
+    values = as_matrix(name, weights, "(seq_q, seq_k)")
     seq_q, seq_k = values.shape
-    query_tokens = _check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
-    key_tokens = _check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
+    query_tokens = check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
+    key_tokens = check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
     if ax is None:
-        ax = _new_axes(_heatmap_figsize(seq_q, seq_k))
+        ax = new_axes(_heatmap_figsize(seq_q, seq_k))
     if annotate is None:
         annotate = max(seq_q, seq_k) <= ANNOTATE_MAX_SEQ
-    return _Heatmap(ax, values, row_labels=query_tokens, col_labels=key_tokens, cmap=cmap, vmin=vmin,
+    return Heatmap(ax, values, row_labels=query_tokens, col_labels=key_tokens, cmap=cmap, vmin=vmin,
                     vmax=vmax, annotate=annotate, fmt=fmt, fontsize=fontsize)
 
 
-class _HeadGrid:
+class HeadGrid:
     """A grid of per-head heatmaps in ``fig`` within ``rect`` (left, bottom, right, top in
     figure fractions), updatable in place; ``highlight`` (0-based) frames one head in red.
     Values are written in the cells only on grids of at most 4 heads of at most 8 tokens."""
@@ -238,11 +310,11 @@ class _HeadGrid:
         self.annotate = annotate
         self.can_annotate = annotate != "none" and max(seq_q, seq_k) <= ANNOTATE_MAX_SEQ and not self.small
         fontsize = 6 if self.small else 7
-        self.panels: List[_Heatmap] = []
+        self.panels: List[Heatmap] = []
         for h in range(heads):
             row, col = divmod(h, ncols)
             ax = fig.add_subplot(grid[row, col])
-            panel = _Heatmap(
+            panel = Heatmap(
                 ax, weights[h], row_labels=tokens, col_labels=tokens, cmap=WEIGHTS_CMAP, vmin=0.0, vmax=1.0,
                 annotate=self.can_annotate and annotate == "auto", fontsize=fontsize,
                 show_rows=col == 0, show_cols=h + ncols >= heads,
@@ -290,7 +362,7 @@ def head_grid(
     ``tokens`` label both axes (self-attention: seq_q == seq_k). ``highlight`` (0-based)
     frames one head in red. Returns the new Figure.
     """
-    values = _as_array("weights", weights)
+    values = as_array("weights", weights)
     if values.ndim != 3 or 0 in values.shape:
         raise ValueError(f"weights must be a non-empty 3-D array (heads, seq_q, seq_k), got shape {values.shape}")
     heads, seq_q, seq_k = values.shape
@@ -300,7 +372,7 @@ def head_grid(
             raise ValueError(
                 f"tokens label both axes, so weights must be square (self-attention), got shape {values.shape}"
             )
-        tokens = _check_tokens("tokens", tokens, seq_q, "position")
+        tokens = check_tokens("tokens", tokens, seq_q, "position")
     if highlight is not None:
         highlight = check_int("highlight", highlight, 0, heads - 1)
     cols = min(ncols, heads)
@@ -311,7 +383,7 @@ def head_grid(
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=figsize)
-    _HeadGrid(fig, values, tokens=tokens, ncols=cols, title=title).set_values(values, highlight)
+    HeadGrid(fig, values, tokens=tokens, ncols=cols, title=title).set_values(values, highlight)
     return fig
 
 
@@ -328,12 +400,12 @@ def mask_heatmap(
         raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
     if isinstance(mask, np.ndarray) and mask.dtype != np.bool_:
         raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
-    values = _as_matrix("mask", mask, "(seq_q, seq_k)", dtype=bool)
+    values = as_matrix("mask", mask, "(seq_q, seq_k)", dtype=bool)
     seq_q, seq_k = values.shape
-    query_tokens = _check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
-    key_tokens = _check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
+    query_tokens = check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
+    key_tokens = check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
     if ax is None:
-        ax = _new_axes(_heatmap_figsize(seq_q, seq_k))
+        ax = new_axes(_heatmap_figsize(seq_q, seq_k))
     ax.imshow(values.astype(np.int64), cmap=ListedColormap(list(MASK_COLORS)), vmin=0, vmax=1,
               aspect="equal", interpolation="nearest")
     _label_axes(ax, query_tokens, key_tokens, seq_q, seq_k)
@@ -346,4 +418,52 @@ def mask_heatmap(
         ax.xaxis.tick_top()
     if title is not None:
         ax.set_title(title, fontsize=9)
+    return ax
+
+
+# ----------------------------------------------------------------- benchmarks
+
+
+def benchmark_plot(
+    rows: Sequence[Dict[str, object]],
+    *,
+    x: str = "n",
+    y: str = "median_ms",
+    group: str = "implementation",
+    ax: Optional[Axes] = None,
+    logy: bool = True,
+    logx: Optional[bool] = None,
+) -> Axes:
+    """One line per ``group`` of ``rows`` (e.g. a benchmark table), ``y`` against ``x``.
+
+    Groups keep the order in which they first appear; points are sorted by ``x``.
+    ``logx`` defaults to a log axis when every ``x`` is positive and they span 16x or more.
+    """
+    if isinstance(rows, dict) or not isinstance(rows, Sequence) or len(rows) == 0:
+        raise ValueError(f"rows must be a non-empty list of dicts, got {type(rows).__name__} {rows!r:.60}")
+    series: Dict[object, List[Tuple[float, float]]] = {}
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"rows[{index}] must be a dict, got {type(row).__name__}")
+        missing = [key for key in (x, y, group) if key not in row]
+        if missing:
+            raise ValueError(f"rows[{index}] must have the keys {x!r}, {y!r} and {group!r}, missing {missing}")
+        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))
+    if ax is None:
+        ax = new_axes((5.0, 3.4))
+    all_x = [px for points in series.values() for px, _ in points]
+    if logx is None:
+        logx = min(all_x) > 0 and max(all_x) / min(all_x) >= 16
+    for name, points in series.items():
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=str(name))
+    if logy:
+        ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(x, fontsize=8)
+    ax.set_ylabel(y, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, title=group, title_fontsize=7)
+    ax.grid(True, which="major", alpha=0.3)
     return ax
