@@ -1,5 +1,6 @@
-"""mhsa_helpers.benchmarking: the competitors compute the same attention, the helpers
-count and summarise correctly, and the benchmark script runs end to end.
+"""The benchmark's code (benchmarks/competitors.py, benchmarks/harness.py): the competitors
+compute the same attention, the helpers count and summarise correctly, and the benchmark
+script runs end to end.
 
 No test here measures or asserts a speed: speed targets live in benchmarks/bench_forward.py.
 """
@@ -14,7 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from mhsa_helpers import benchmarking as bm
+# benchmarks/ is a folder of scripts, not a package: its modules import each other by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import competitors as comp
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +31,7 @@ def float64_causal_attention(reference, x: torch.Tensor):
     w = reference.qkv_proj.weight.detach().double()
     b = reference.qkv_proj.bias.detach().double()
     x = x.double()
-    batch, n, _ = x.shape
+    _, n, _ = x.shape
     q, k, v = (x @ w[i * d : (i + 1) * d].T + b[i * d : (i + 1) * d] for i in range(3))
     heads, weights = [], []
     allowed = torch.ones(n, n, dtype=torch.bool).tril()
@@ -45,18 +49,20 @@ def float64_causal_attention(reference, x: torch.Tensor):
 
 @pytest.fixture(scope="module")
 def competitors():
-    return bm.build_competitors(64, 4, max_seq_len=32)
+    return comp.build_competitors(64, 4, max_seq_len=32)
 
 
 def test_every_competitor_computes_causal_attention(competitors):
     x = torch.randn(2, 19, 64, generator=torch.Generator().manual_seed(3))
     expected_out, expected_weights = float64_causal_attention(competitors.reference, x)
     fns = competitors.forward_functions(19)
-    assert set(fns) == set(bm.IMPLEMENTATIONS)
+    assert set(fns) == set(comp.IMPLEMENTATIONS)
     with torch.inference_mode():
         for name, fn in fns.items():
             out, weights = fn(x)
-            torch.testing.assert_close(out.double(), expected_out, atol=2e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(
+                out.double(), expected_out, atol=2e-5, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}"
+            )
             if name in ("package_weights", "torch_mha_weights"):
                 assert weights is not None, name
                 torch.testing.assert_close(weights.double(), expected_weights, atol=1e-6, rtol=1e-5)
@@ -65,33 +71,33 @@ def test_every_competitor_computes_causal_attention(competitors):
 
 
 def test_cross_check_catches_a_competitor_with_other_weights():
-    broken = bm.build_competitors(64, 4, max_seq_len=32, names=["hand_wired_sdpa", "naive_seed_style"])
-    assert set(bm.cross_check(broken, seq_len=12)) == {"hand_wired_sdpa", "naive_seed_style"}
+    broken = comp.build_competitors(64, 4, max_seq_len=32, names=["hand_wired_sdpa", "naive"])
+    assert set(comp.cross_check(broken, seq_len=12)) == {"hand_wired_sdpa", "naive"}
     with torch.no_grad():
-        broken.modules["naive_seed_style"].W_key.weight[0, 0] += 0.5
-    with pytest.raises(AssertionError, match="naive_seed_style"):
-        bm.cross_check(broken, seq_len=12)
+        broken.modules["naive"].W_key.weight[0, 0] += 0.5
+    with pytest.raises(AssertionError, match="naive"):
+        comp.cross_check(broken, seq_len=12)
 
 
 def test_attention_forward_flops_by_hand():
     # n = 4, d = 2: projections 8 * 4 * 2**2 = 128; causal attention 2 * 4 * 5 * 2 = 80
     # (10 visible pairs, 2 matmuls, d multiply-adds each); dense 4 * 16 * 2 = 128.
-    assert bm.attention_forward_flops(4, 2) == 208
-    assert bm.attention_forward_flops(4, 2, causal=False) == 256
-    assert bm.attention_forward_flops(4, 2, batch=3) == 3 * 208
+    assert harness.attention_forward_flops(4, 2) == 208
+    assert harness.attention_forward_flops(4, 2, causal=False) == 256
+    assert harness.attention_forward_flops(4, 2, batch=3) == 3 * 208
     with pytest.raises(ValueError, match="seq_len"):
-        bm.attention_forward_flops(0, 2)
+        harness.attention_forward_flops(0, 2)
 
 
 def test_timing_statistics_by_hand():
-    timing = bm.Timing((5.0, 1.0, 4.0, 2.0, 3.0))
+    timing = harness.Timing((5.0, 1.0, 4.0, 2.0, 3.0))
     assert timing.median_ms == 3.0
     assert timing.min_ms == 1.0
     # Sorted 1..5, inclusive quartiles at positions 1 and 3 (0-based): 2 and 4.
     assert (timing.q1_ms, timing.q3_ms, timing.iqr_ms) == (2.0, 4.0, 2.0)
-    assert bm.paired_ratio(bm.Timing((2.0, 9.0, 3.0)), bm.Timing((1.0, 3.0, 3.0))) == 2.0
+    assert harness.paired_ratio(harness.Timing((2.0, 9.0, 3.0)), harness.Timing((1.0, 3.0, 3.0))) == 2.0
     with pytest.raises(ValueError, match="same rounds"):
-        bm.paired_ratio(bm.Timing((1.0,)), bm.Timing((1.0, 2.0)))
+        harness.paired_ratio(harness.Timing((1.0,)), harness.Timing((1.0, 2.0)))
 
 
 def test_time_interleaved_calls_each_function_warmup_plus_repeats_times():
@@ -103,7 +109,7 @@ def test_time_interleaved_calls_each_function_warmup_plus_repeats_times():
 
         return fn
 
-    timings = bm.time_interleaved({"a": counter("a"), "b": counter("b")}, torch.zeros(1), repeats=4, warmup=2)
+    timings = harness.time_interleaved({"a": counter("a"), "b": counter("b")}, torch.zeros(1), repeats=4, warmup=2)
     assert calls == {"a": 6, "b": 6}
     assert {name: len(t.samples_ms) for name, t in timings.items()} == {"a": 4, "b": 4}
     assert all(s >= 0 for t in timings.values() for s in t.samples_ms)
@@ -111,7 +117,7 @@ def test_time_interleaved_calls_each_function_warmup_plus_repeats_times():
 
 def test_attention_matrix_mb():
     # (1, 8, 1024, 1024) float32 = 8 * 2**20 elements * 4 bytes = 32 MiB.
-    assert bm.attention_matrix_mb(1024, 8) == 32.0
+    assert harness.attention_matrix_mb(1024, 8) == 32.0
 
 
 def test_bench_forward_quick_mode_runs_end_to_end():
@@ -127,7 +133,7 @@ def test_bench_forward_quick_mode_runs_end_to_end():
     out = completed.stdout
     assert "Cross-check at n = 48" in out
     assert "| n | implementation | median ms |" in out
-    for label in bm.LABELS.values():
+    for label in comp.LABELS.values():
         assert label in out
     assert "fast path / hand-wired" in out
     assert "## Peak memory of one forward at n = 256" in out
