@@ -14,30 +14,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mhsa_helpers.exercises.core import Case, Misconception, check_function
-from mhsa_helpers.exercises.masking import (
+from mhsa_helpers.lessons import LESSONS
+from mhsa_helpers.lessons.causal_masking import (
     check_causal_mask,
     check_masked_attention,
     check_masked_softmax,
-    random_mask,
 )
-from mhsa_helpers.exercises.qkv import (
+from mhsa_helpers.lessons.causal_masking.exercises import random_mask
+from mhsa_helpers.lessons.qkv_by_hand import (
     check_linear_projection,
     check_paper_projection,
     check_scores,
 )
-from mhsa_helpers.exercises.scaled_attention import check_attention, check_softmax
+from mhsa_helpers.lessons.scaled_attention import check_attention, check_softmax
+from mhsa_helpers.teaching.checking import Case, Misconception, check_function
 
-ALL_CHECKERS = [
-    check_paper_projection,
-    check_scores,
-    check_linear_projection,
-    check_softmax,
-    check_attention,
-    check_causal_mask,
-    check_masked_attention,
-    check_masked_softmax,
-]
+# Every registered checker (notebooks 04-06 too) treats a stub, a crash and a non-function alike.
+ALL_CHECKERS = [checker for lesson in LESSONS for checker in lesson.checkers]
 
 
 def stub(*args):
@@ -296,7 +289,10 @@ def test_causal_mask_correct():
         # seed 002's mask: 1 above the diagonal = blocked
         (lambda n: torch.triu(torch.ones(n, n), diagonal=1).bool(), "inverted mask polarity (True = blocked)"),
         (lambda n: torch.triu(torch.ones(n, n), diagonal=1), "inverted mask polarity (True = blocked)"),
-        (lambda n: torch.tril(torch.ones(n, n), diagonal=-1).bool(), "blocked the diagonal (a token may attend to itself)"),
+        (
+            lambda n: torch.tril(torch.ones(n, n), diagonal=-1).bool(),
+            "blocked the diagonal (a token may attend to itself)",
+        ),
         (lambda n: torch.triu(torch.ones(n, n)).bool(), "kept the upper triangle (every token sees the future)"),
         (lambda n: torch.ones(n, n, dtype=torch.bool), "no mask at all (everything may attend)"),
         (lambda n: torch.tril(torch.ones(n, n)), "returned a 0/1 number mask instead of a boolean one"),
@@ -392,7 +388,10 @@ def _renormalize_without_guard(scores, mask):
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
         ),
         (lambda s, m: torch.softmax(s, dim=-1) * m, "mask applied after softmax without renormalizing"),
-        (lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), dim=-1), "inverted mask polarity (True = blocked)"),
+        (
+            lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), dim=-1),
+            "inverted mask polarity (True = blocked)",
+        ),
         (_guarded_but_inverted, "inverted mask polarity (True = blocked)"),
         (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1), "blocked scores set to 0 instead of -inf"),
     ],
@@ -422,9 +421,7 @@ def test_random_mask_never_blocks_or_allows_a_whole_row():
 def test_check_function_names_a_misconception_that_produces_nan():
     cases = [Case((torch.tensor([0.0, 1.0]),))]
     nan_mistake = Misconception("divides by zero", lambda x: x / 0.0 * 0.0, "hint")
-    result = check_function(
-        "demo", lambda x: x / 0.0 * 0.0, lambda x: x.clone(), cases, [nan_mistake], verbose=False
-    )
+    result = check_function("demo", lambda x: x / 0.0 * 0.0, lambda x: x.clone(), cases, [nan_mistake], verbose=False)
     # 0/0 * 0 is NaN, inf * 0 is NaN: without NaN-aware comparison nothing would match.
     assert result.misconception == "divides by zero"
 
@@ -437,6 +434,8 @@ def test_check_function_square_cases_are_only_used_after_a_crash():
     def learner(x):
         return x.T  # the shape differs on the rectangular case: wrong, but no crash
 
-    result = check_function("demo", learner, lambda x: x.clone(), rectangular, [mistake], square_cases=square, verbose=False)
+    result = check_function(
+        "demo", learner, lambda x: x.clone(), rectangular, [mistake], square_cases=square, verbose=False
+    )
     assert result.misconception == "transposed"  # named on the ordinary cases
     assert "rectangular" not in result.message

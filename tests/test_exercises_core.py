@@ -1,4 +1,4 @@
-"""The checker machinery (mhsa_helpers.exercises.core) on small made-up exercises.
+"""The checker machinery (mhsa_helpers.teaching.checking) on small made-up exercises.
 
 Each exercise here is tiny and its right and wrong answers are written by hand, so
 the expected status and message follow from the exercise, not from the checkers
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import mhsa_helpers.exercises as exercises
-from mhsa_helpers.exercises.core import (
+import mhsa_helpers.teaching.checking as checking
+from mhsa_helpers.teaching.checking import (
     Case,
     CheckResult,
     Misconception,
@@ -33,11 +33,19 @@ def stub(*args):
 # ------------------------------------------------------------ the basic outcomes
 
 
-def test_package_exports_the_core_api():
-    assert exercises.check_function is check_function
-    assert exercises.Case is Case and exercises.Misconception is Misconception
-    assert exercises.CheckResult is CheckResult
-    assert exercises.random_tensor is random_tensor and exercises.random_tensors is random_tensors
+def test_module_exports_the_core_api():
+    assert checking.check_function is check_function
+    assert checking.Case is Case and checking.Misconception is Misconception
+    assert checking.CheckResult is CheckResult
+    assert checking.random_tensor is random_tensor and checking.random_tensors is random_tensors
+    assert set(checking.__all__) == {
+        "Case",
+        "CheckResult",
+        "Misconception",
+        "check_function",
+        "random_tensor",
+        "random_tensors",
+    }
 
 
 def test_correct(capsys):
@@ -174,7 +182,7 @@ def test_nan_producing_misconception_is_named_when_the_nan_positions_match():
         Misconception("rooted the negated input", lambda x: (-x).sqrt(), "wrong one"),
         Misconception("took the root of a negative number", torch.sqrt, "keep the sign apart"),
     ]
-    result = check_function("demo", lambda x: x ** 0.5, reference, cases, misconceptions, verbose=False)
+    result = check_function("demo", lambda x: x**0.5, reference, cases, misconceptions, verbose=False)
     assert result.status == "misconception"
     assert result.misconception == "took the root of a negative number"
 
@@ -245,8 +253,13 @@ def test_without_square_cases_the_same_mistake_is_an_error():
 def test_square_retry_that_matches_nothing_keeps_the_error():
     rectangular, square = _rectangular_and_square()
     result = check_function(
-        "demo", lambda x, w: x @ w + 1.0, lambda x, w: x @ w.T, rectangular, [FORGOT_TRANSPOSE],
-        square_cases=square, verbose=False,
+        "demo",
+        lambda x, w: x @ w + 1.0,
+        lambda x, w: x @ w.T,
+        rectangular,
+        [FORGOT_TRANSPOSE],
+        square_cases=square,
+        verbose=False,
     )
     assert result.status == "error"
     assert result.misconception is None
@@ -255,8 +268,13 @@ def test_square_retry_that_matches_nothing_keeps_the_error():
 def test_square_cases_are_not_used_when_nothing_crashed():
     rectangular, square = _rectangular_and_square()
     result = check_function(
-        "demo", lambda x, w: x @ w.T, lambda x, w: x @ w.T, rectangular, [FORGOT_TRANSPOSE],
-        square_cases=square, verbose=False,
+        "demo",
+        lambda x, w: x @ w.T,
+        lambda x, w: x @ w.T,
+        rectangular,
+        [FORGOT_TRANSPOSE],
+        square_cases=square,
+        verbose=False,
     )
     assert result.message == "[demo] correct on all 2 cases."  # 2 rectangular cases, not 3
 
@@ -291,9 +309,7 @@ def test_int_mask_where_bool_is_expected_is_a_difference():
 
 
 def test_bool_answer_where_numbers_are_expected_is_a_difference():
-    result = check_function(
-        "demo", _lower_triangle, lambda n: torch.ones(n, n).tril(), MASK_CASES, verbose=False
-    )
+    result = check_function("demo", _lower_triangle, lambda n: torch.ones(n, n).tril(), MASK_CASES, verbose=False)
     assert result.status == "incorrect"
     assert "returned dtype torch.bool, expected torch.float32" in result.message
 
@@ -312,9 +328,9 @@ def test_a_bool_misconception_does_not_match_a_number_answer():
     inverted = Misconception("inverted", lambda n: ~_lower_triangle(n), "hint")
     bool_learner = lambda n: ~_lower_triangle(n)  # noqa: E731
     number_learner = lambda n: (~_lower_triangle(n)).float()  # noqa: E731
-    assert check_function("demo", bool_learner, _lower_triangle, MASK_CASES, [inverted], verbose=False).misconception == (
-        "inverted"
-    )
+    assert check_function(
+        "demo", bool_learner, _lower_triangle, MASK_CASES, [inverted], verbose=False
+    ).misconception == ("inverted")
     assert check_function("demo", number_learner, _lower_triangle, MASK_CASES, [inverted], verbose=False).status == (
         "incorrect"
     )

@@ -13,7 +13,9 @@ import math
 import pytest
 import torch
 
-from mhsa_helpers.exercises import decoding, heads, rope
+from mhsa_helpers.lessons.causal_mhsa import exercises as decoding
+from mhsa_helpers.lessons.multi_head import exercises as heads
+from mhsa_helpers.lessons.rope import exercises as rope
 from mhsa_helpers.rope import RotaryEmbedding
 
 
@@ -253,7 +255,9 @@ def test_stub_is_not_attempted(name, capsys):
     assert "not attempted yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("name", "mistake", "expected"), LISTED_MISTAKES, ids=[f"{n}-{e}" for n, _, e in LISTED_MISTAKES])
+@pytest.mark.parametrize(
+    ("name", "mistake", "expected"), LISTED_MISTAKES, ids=[f"{n}-{e}" for n, _, e in LISTED_MISTAKES]
+)
 def test_listed_mistakes_are_named(name, mistake, expected):
     checker, _, _ = CHECKERS[name]
     result = checker(mistake, verbose=False)

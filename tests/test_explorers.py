@@ -17,18 +17,25 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import ipywidgets as widgets  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from PIL import Image
 
-from mhsa_helpers import MultiHeadSelfAttention  # noqa: E402
-from mhsa_helpers import explorers as ex  # noqa: E402
-from mhsa_helpers.examples import TELESCOPE_SENTENCE, money_bank_grows, sentence_embeddings  # noqa: E402
+from mhsa_helpers import MultiHeadSelfAttention
+from mhsa_helpers.examples import TELESCOPE_SENTENCE, money_bank_grows, sentence_embeddings
+from mhsa_helpers.lessons import LESSONS
+from mhsa_helpers.lessons.causal_masking import masking_explorer
+from mhsa_helpers.lessons.causal_mhsa import mhsa_explorer
+from mhsa_helpers.lessons.multi_head import heads_explorer
+from mhsa_helpers.lessons.qkv_by_hand import qkv_explorer
+from mhsa_helpers.lessons.rope import rope_explorer
+from mhsa_helpers.lessons.scaled_attention import scaling_explorer
+from mhsa_helpers.teaching.explorer import LAYOUT_CACHE, Explorer, open_explorers
 
-ALL = [ex.qkv_explorer, ex.scaling_explorer, ex.masking_explorer, ex.heads_explorer, ex.rope_explorer, ex.mhsa_explorer]
+ALL = [lesson.explorer for lesson in LESSONS if lesson.explorer is not None]
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +43,7 @@ def _close_figures():
     yield
     plt.close("all")
     # Close the explorers a test left open, so that each test starts from none.
-    for explorer in list(ex.base._OPEN_EXPLORERS):
+    for explorer in open_explorers():
         explorer.close()
 
 
@@ -83,7 +90,7 @@ def softmax_np(scores):
 @pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
 def test_explorer_is_a_widget_with_a_png_of_the_figure(make):
     explorer = make()
-    assert isinstance(explorer, ex.Explorer)
+    assert isinstance(explorer, Explorer)
     assert isinstance(explorer, widgets.VBox)
     assert explorer.redraw_count == 1
     image = Image.open(io.BytesIO(explorer.png))
@@ -121,7 +128,7 @@ def test_moving_any_control_redraws(make):
 # (settings, error, message pattern): each is refused by the explorer's function and, for
 # settings that are controls, by explorer.update(...) too. The message must name the setting.
 IMPOSSIBLE = {
-    ex.qkv_explorer: [
+    qkv_explorer: [
         ({"head": 3}, ValueError, r"head must be in \[1, 2\].*got head=3"),
         ({"head": 0}, ValueError, r"head must be in \[1, 2\]"),
         ({"head": True}, TypeError, r"head must be an int.*got bool True"),  # True == 1, but not a head
@@ -130,7 +137,7 @@ IMPOSSIBLE = {
         ({"score_scale": float("nan")}, ValueError, r"score_scale must be in"),
         ({"score_scale": "big"}, TypeError, r"score_scale must be a number.*got str 'big'"),
     ],
-    ex.scaling_explorer: [
+    scaling_explorer: [
         ({"d_k": 0}, ValueError, r"d_k must be in \[1, 512\]"),
         ({"d_k": 513}, ValueError, r"d_k must be in \[1, 512\]"),
         ({"d_k": 64.0}, TypeError, r"d_k must be an int.*got float 64.0"),
@@ -138,7 +145,7 @@ IMPOSSIBLE = {
         ({"scaled": "yes"}, TypeError, r"scaled must be True or False.*got str 'yes'"),
         ({"scaled": 1}, TypeError, r"scaled must be True or False.*got int 1"),
     ],
-    ex.masking_explorer: [
+    masking_explorer: [
         ({"seq_len": 0}, ValueError, r"seq_len must be in \[1, 6\]"),
         ({"seq_len": 7}, ValueError, r"seq_len must be in \[1, 6\]"),
         ({"causal": "no"}, TypeError, r"causal must be True or False.*got str 'no'"),  # bool("no") is True
@@ -148,7 +155,7 @@ IMPOSSIBLE = {
         ({"dropout": -0.1}, ValueError, r"dropout must be in \[0, 0.9\]"),
         ({"dropout": True}, TypeError, r"dropout must be a number.*got bool"),
     ],
-    ex.heads_explorer: [
+    heads_explorer: [
         ({"num_heads": 5}, ValueError, r"num_heads must divide d_model=12.*got num_heads=5"),
         ({"num_heads": 2.0}, TypeError, r"num_heads must be an int.*got float 2.0"),
         ({"num_heads": True}, TypeError, r"num_heads must be an int.*got bool"),
@@ -158,7 +165,7 @@ IMPOSSIBLE = {
         ({"d_model": 0}, ValueError, r"d_model must be in \[1, 64\]"),
         ({"d_model": 12.0}, TypeError, r"d_model must be an int.*got float"),
     ],
-    ex.rope_explorer: [
+    rope_explorer: [
         ({"d_head": 15}, ValueError, r"d_head must be even"),
         ({"d_head": 16.0}, TypeError, r"d_head must be an int.*got float"),
         ({"base": 1.0}, ValueError, r"base must be in \[10, 1e\+06\]"),
@@ -168,7 +175,7 @@ IMPOSSIBLE = {
         ({"num_positions": 0}, ValueError, r"num_positions must be in \[1, 16\]"),
         ({"max_distance": 0}, ValueError, r"max_distance must be in \[1, 1024\]"),
     ],
-    ex.mhsa_explorer: [
+    mhsa_explorer: [
         ({"num_heads": 3}, ValueError, r"num_heads must divide d_model=16.*got num_heads=3"),
         ({"num_heads": 4.0}, TypeError, r"num_heads must be an int.*got float 4.0"),
         ({"num_heads": 16, "rope": True}, ValueError, r"d_head = d_model / num_heads must be even.*d_head=1"),
@@ -210,17 +217,17 @@ def test_unknown_settings_are_refused(make):
 
 def test_close_frees_the_figures_and_the_widgets():
     figures, registered = live_figures(), len(widget_registry())
-    for make in [ex.heads_explorer] * 5 + ALL:
+    for make in [heads_explorer] * 5 + ALL:
         explorer = make()
-        if make is ex.heads_explorer:
+        if make is heads_explorer:
             for num_heads, seq_len in [(1, 3), (3, 4), (4, 5), (6, 6), (12, 7)]:
                 explorer.update(num_heads=num_heads, seq_len=seq_len)
-            assert len(explorer._layouts) == ex.LAYOUT_CACHE == 4
+            assert len(explorer._layouts) == LAYOUT_CACHE == 4
         assert live_figures() > figures
         explorer.close()
         assert len(explorer._layouts) == 0
         with pytest.raises(RuntimeError, match="closed"):
-            explorer.figure
+            _ = explorer.figure
         with pytest.raises(RuntimeError, match="closed"):
             explorer.redraw()
         # A control moved after close() draws nothing (and builds no figure).
@@ -237,14 +244,14 @@ def test_close_frees_the_figures_and_the_widgets():
 
 
 def test_a_new_explorer_trims_the_figures_of_the_older_ones_of_its_kind():
-    old = ex.heads_explorer()
+    old = heads_explorer()
     for num_heads, seq_len in [(1, 3), (3, 4), (4, 5), (2, 6)]:
         old.update(num_heads=num_heads, seq_len=seq_len)
     assert len(old._layouts) == 4
     shown = old.figure
-    other_kind = ex.masking_explorer()
+    other_kind = masking_explorer()
     assert len(old._layouts) == 4  # another kind leaves it alone
-    new = ex.heads_explorer()
+    new = heads_explorer()
     # The old explorer keeps only the figure it shows, and still answers its controls.
     assert len(old._layouts) == 1 and old.figure is shown
     assert len(new._layouts) == 1 and len(other_kind._layouts) == 1
@@ -259,7 +266,7 @@ def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
 
     plt.close("all")
     baseline = live_figures()
-    explorer = ex.heads_explorer()
+    explorer = heads_explorer()
     divisors = [1, 2, 3, 4]
     counts = {}
     figure_objects = []
@@ -277,8 +284,8 @@ def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
     # No pyplot figure is ever opened...
     assert plt.get_fignums() == []
     # ...the off-screen figures (one per recent layout) do not grow with the moves...
-    assert figure_objects[0] == figure_objects[1] == baseline + ex.LAYOUT_CACHE
-    assert len(explorer._layouts) == ex.LAYOUT_CACHE
+    assert figure_objects[0] == figure_objects[1] == baseline + LAYOUT_CACHE
+    assert len(explorer._layouts) == LAYOUT_CACHE
     # ...and a layout drawn again holds the same number of axes and artists: nothing piles up.
     assert all(len(seen) == 1 for seen in counts.values()), counts
 
@@ -287,7 +294,7 @@ def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
 
 
 def test_qkv_weights_match_seed_001_by_hand_and_sharpen_with_the_score_scale():
-    explorer = ex.qkv_explorer()
+    explorer = qkv_explorer()
     example = money_bank_grows()
     for head in (1, 2):
         explorer.controls["head"].value = head
@@ -310,23 +317,23 @@ def test_qkv_weights_match_seed_001_by_hand_and_sharpen_with_the_score_scale():
 
 
 def test_qkv_annotations_show_the_weights():
-    explorer = ex.qkv_explorer(score_scale=100.0)
+    explorer = qkv_explorer(score_scale=100.0)
     texts = [t.get_text() for t in heatmap_axes(explorer.figure)[1].texts]
     assert texts == [f"{w:.3f}" for w in explorer.data["weights"].ravel()]
 
 
 def test_qkv_refuses_impossible_settings():
     with pytest.raises(ValueError, match="head"):
-        ex.qkv_explorer(head=3)
+        qkv_explorer(head=3)
     with pytest.raises(ValueError, match="score_scale"):
-        ex.qkv_explorer(score_scale=0.0)
+        qkv_explorer(score_scale=0.0)
 
 
 # ---------------------------------------------------------------- nb02: scaling
 
 
 def test_scaling_divides_scores_by_sqrt_dk_and_keeps_the_softmax_from_saturating():
-    explorer = ex.scaling_explorer(d_k=512, scaled=True)
+    explorer = scaling_explorer(d_k=512, scaled=True)
     scaled = explorer.data
     explorer.controls["scaled"].value = False
     unscaled = explorer.data
@@ -341,31 +348,33 @@ def test_scaling_divides_scores_by_sqrt_dk_and_keeps_the_softmax_from_saturating
 
 
 def test_scaling_sentence_switch_changes_the_tokens():
-    explorer = ex.scaling_explorer()
+    explorer = scaling_explorer()
     explorer.controls["sentence"].value = "She loves cats"
     assert explorer.data["tokens"] == ["She", "loves", "cats"]
     assert explorer.data["weights"].shape == (3, 3)
     labels = [t.get_text() for t in heatmap_axes(explorer.figure)[1].get_yticklabels()]
     assert labels == ["She", "loves", "cats"]
     with pytest.raises(ValueError, match="d_k"):
-        ex.scaling_explorer(d_k=0)
+        scaling_explorer(d_k=0)
 
 
 # ---------------------------------------------------------------- nb03: masking
 
 # Seed 002, "masked_attn_wt" (printed to 4 decimals).
-SEED_002_CAUSAL_WEIGHTS = np.array([
-    [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
-    [0.5043, 0.4957, 0.0000, 0.0000, 0.0000, 0.0000],
-    [0.3362, 0.3307, 0.3330, 0.0000, 0.0000, 0.0000],
-    [0.2487, 0.2458, 0.2465, 0.2589, 0.0000, 0.0000],
-    [0.1939, 0.1937, 0.1947, 0.1993, 0.2183, 0.0000],
-    [0.1631, 0.1602, 0.1607, 0.1722, 0.1778, 0.1660],
-])
+SEED_002_CAUSAL_WEIGHTS = np.array(
+    [
+        [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.5043, 0.4957, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.3362, 0.3307, 0.3330, 0.0000, 0.0000, 0.0000],
+        [0.2487, 0.2458, 0.2465, 0.2589, 0.0000, 0.0000],
+        [0.1939, 0.1937, 0.1947, 0.1993, 0.2183, 0.0000],
+        [0.1631, 0.1602, 0.1607, 0.1722, 0.1778, 0.1660],
+    ]
+)
 
 
 def test_masking_reproduces_seed_002_and_both_methods_agree():
-    explorer = ex.masking_explorer(method="neg_inf")
+    explorer = masking_explorer(method="neg_inf")
     np.testing.assert_allclose(explorer.data["weights"], SEED_002_CAUSAL_WEIGHTS, atol=5e-5)
     neg_inf = explorer.data["weights"]
     explorer.controls["method"].value = "renormalize"
@@ -374,7 +383,7 @@ def test_masking_reproduces_seed_002_and_both_methods_agree():
 
 
 def test_causal_toggle_zeros_the_upper_triangle():
-    explorer = ex.masking_explorer(causal=False)
+    explorer = masking_explorer(causal=False)
     upper = np.triu_indices(6, k=1)
     assert (explorer.data["weights"][upper] > 0).all()
     assert explorer.data["mask"].all()
@@ -387,7 +396,7 @@ def test_causal_toggle_zeros_the_upper_triangle():
 
 
 def test_masking_seq_len_and_dropout():
-    explorer = ex.masking_explorer()
+    explorer = masking_explorer()
     explorer.controls["seq_len"].value = 3
     assert explorer.data["weights"].shape == (3, 3) and explorer.data["tokens"] == ["Your", "journey", "starts"]
     # A shorter causal sequence is the top-left corner of the longer one.
@@ -407,12 +416,12 @@ def test_masking_seq_len_and_dropout():
 
 def test_masking_refuses_impossible_settings():
     with pytest.raises(ValueError, match="seq_len"):
-        ex.masking_explorer(seq_len=0)
+        masking_explorer(seq_len=0)
     with pytest.raises(ValueError, match="method"):
-        ex.masking_explorer(method="zero")
+        masking_explorer(method="zero")
     with pytest.raises(ValueError, match="dropout"):
-        ex.masking_explorer(dropout=1.0)
-    explorer = ex.masking_explorer()
+        masking_explorer(dropout=1.0)
+    explorer = masking_explorer()
     with pytest.raises(ValueError, match="seq_len"):
         explorer.update(seq_len=0)
     assert explorer.controls["seq_len"].min == 1
@@ -422,7 +431,7 @@ def test_masking_refuses_impossible_settings():
 
 
 def test_heads_from_2_to_4_draws_4_heatmaps_of_the_module_weights():
-    explorer = ex.heads_explorer()
+    explorer = heads_explorer()
     assert explorer.data["weights"].shape == (2, 6, 6)
     explorer.controls["num_heads"].value = 4
     module, x, expected, output = module_weights(12, 4, 6)
@@ -433,8 +442,9 @@ def test_heads_from_2_to_4_draws_4_heatmaps_of_the_module_weights():
     with torch.no_grad():
         q = (x @ module.q_weight.T + module.qkv_proj.bias[:12]).numpy().reshape(6, 4, 3).transpose(1, 0, 2)
         k = (x @ module.k_weight.T + module.qkv_proj.bias[12:24]).numpy().reshape(6, 4, 3).transpose(1, 0, 2)
-    np.testing.assert_allclose(explorer.data["weights"], softmax_np(q @ k.transpose(0, 2, 1) / math.sqrt(3)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        explorer.data["weights"], softmax_np(q @ k.transpose(0, 2, 1) / math.sqrt(3)), rtol=1e-5, atol=1e-6
+    )
     panels = heatmap_axes(explorer.figure)
     assert len(panels) == 4 == explorer.data["panels"]
     for h, ax in enumerate(panels):
@@ -444,7 +454,7 @@ def test_heads_from_2_to_4_draws_4_heatmaps_of_the_module_weights():
 
 
 def test_heads_selector_follows_the_number_of_heads():
-    explorer = ex.heads_explorer()
+    explorer = heads_explorer()
     assert list(explorer.controls["num_heads"].options) == [1, 2, 3, 4, 6, 12]
     explorer.controls["num_heads"].value = 6
     assert [v for _, v in explorer.controls["head"].options] == [1, 2, 3, 4, 5, 6]
@@ -459,7 +469,7 @@ def test_heads_selector_follows_the_number_of_heads():
 
 
 def test_heads_annotates_the_framed_head():
-    explorer = ex.heads_explorer()
+    explorer = heads_explorer()
     explorer.update(num_heads=3, head=2)
     panels = heatmap_axes(explorer.figure)
     assert [len(ax.texts) for ax in panels] == [0, 36, 0]
@@ -468,12 +478,12 @@ def test_heads_annotates_the_framed_head():
 
 def test_heads_refuses_impossible_settings():
     with pytest.raises(ValueError, match="num_heads"):
-        ex.heads_explorer(num_heads=5)
+        heads_explorer(num_heads=5)
     with pytest.raises(ValueError, match="seq_len"):
-        ex.heads_explorer(seq_len=0)
+        heads_explorer(seq_len=0)
     with pytest.raises(ValueError, match="head"):
-        ex.heads_explorer(num_heads=2, head=3)
-    explorer = ex.heads_explorer()
+        heads_explorer(num_heads=2, head=3)
+    explorer = heads_explorer()
     with pytest.raises(ValueError, match="num_heads"):
         explorer.update(num_heads=5)
     assert explorer.data["num_heads"] == 2
@@ -483,7 +493,7 @@ def test_heads_refuses_impossible_settings():
 
 
 def test_rope_explorer_angles_rotations_and_scores():
-    explorer = ex.rope_explorer(d_head=16)
+    explorer = rope_explorer(d_head=16)
     explorer.update(base=100.0, pair_index=3, offset=5)
     data = explorer.data
     i = np.arange(8)
@@ -491,8 +501,9 @@ def test_rope_explorer_angles_rotations_and_scores():
     theta = 100.0 ** (-2 * 3 / 16)
     positions = np.arange(5, 11)
     np.testing.assert_allclose(data["angles"], positions * theta, rtol=1e-6)
-    np.testing.assert_allclose(data["rotated"], np.stack([np.cos(positions * theta), np.sin(positions * theta)], 1),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        data["rotated"], np.stack([np.cos(positions * theta), np.sin(positions * theta)], 1), atol=1e-5
+    )
     # q = k = ones: each pair contributes 2 cos(d theta_i) at distance d.
     d = np.arange(49)
     expected = 2 * np.cos(np.outer(d, 100.0 ** (-2 * i / 16))).sum(axis=1)
@@ -502,7 +513,7 @@ def test_rope_explorer_angles_rotations_and_scores():
 
 
 def test_rope_offset_moves_the_angles_but_not_the_scores():
-    explorer = ex.rope_explorer()
+    explorer = rope_explorer()
     scores, angles = explorer.data["scores"], explorer.data["angles"]
     explorer.controls["offset"].value = 200
     np.testing.assert_allclose(explorer.data["scores"], scores, atol=1e-3)
@@ -511,19 +522,19 @@ def test_rope_offset_moves_the_angles_but_not_the_scores():
 
 def test_rope_refuses_impossible_settings():
     with pytest.raises(ValueError, match="d_head"):
-        ex.rope_explorer(d_head=15)
+        rope_explorer(d_head=15)
     with pytest.raises(ValueError, match="pair_index"):
-        ex.rope_explorer(d_head=8, pair_index=4)
+        rope_explorer(d_head=8, pair_index=4)
     with pytest.raises(ValueError, match="base"):
-        ex.rope_explorer(base=1.0)
-    assert ex.rope_explorer(d_head=8).controls["pair_index"].max == 3
+        rope_explorer(base=1.0)
+    assert rope_explorer(d_head=8).controls["pair_index"].max == 3
 
 
 # ---------------------------------------------------------------- nb06: the block
 
 
 def test_mhsa_weights_equal_the_module_for_each_setting():
-    explorer = ex.mhsa_explorer()
+    explorer = mhsa_explorer()
     for settings in ({}, {"causal": True}, {"rope": True}, {"rope": True, "num_heads": 2, "seq_len": 8}):
         explorer.update(**settings)
         v = explorer.values()
@@ -539,7 +550,7 @@ def test_mhsa_weights_equal_the_module_for_each_setting():
 
 
 def test_mhsa_rope_offers_only_even_head_sizes():
-    explorer = ex.mhsa_explorer(d_model=16, num_heads=16)
+    explorer = mhsa_explorer(d_model=16, num_heads=16)
     assert list(explorer.controls["num_heads"].options) == [1, 2, 4, 8, 16]
     explorer.controls["rope"].value = True
     options = list(explorer.controls["num_heads"].options)
@@ -552,7 +563,7 @@ def test_mhsa_rope_offers_only_even_head_sizes():
 
 
 def test_mhsa_rope_changes_weights_and_base_matters():
-    explorer = ex.mhsa_explorer()
+    explorer = mhsa_explorer()
     plain = explorer.data["weights"]
     explorer.controls["rope"].value = True
     with_rope = explorer.data["weights"]
@@ -564,21 +575,21 @@ def test_mhsa_rope_changes_weights_and_base_matters():
 
 def test_mhsa_refuses_impossible_settings():
     with pytest.raises(ValueError, match="num_heads"):
-        ex.mhsa_explorer(num_heads=3)
+        mhsa_explorer(num_heads=3)
     with pytest.raises(ValueError, match="d_head"):
-        ex.mhsa_explorer(d_model=18, num_heads=2, rope=True)
+        mhsa_explorer(d_model=18, num_heads=2, rope=True)
     with pytest.raises(ValueError, match="seq_len"):
-        ex.mhsa_explorer(seq_len=0)
-    explorer = ex.mhsa_explorer(num_heads=16)
+        mhsa_explorer(seq_len=0)
+    explorer = mhsa_explorer(num_heads=16)
     with pytest.raises(ValueError, match="d_head"):
         explorer.update(rope=True)
     # An odd d_model admits no even head size: RoPE cannot be switched on.
-    assert ex.mhsa_explorer(d_model=9, num_heads=3).controls["rope"].disabled
+    assert mhsa_explorer(d_model=9, num_heads=3).controls["rope"].disabled
 
 
 def test_update_turns_rope_off_before_choosing_a_head_count_only_valid_without_it():
     # d_model 16, 16 heads -> d_head 1, which RoPE cannot rotate: only valid once RoPE is off.
-    explorer = ex.mhsa_explorer()
+    explorer = mhsa_explorer()
     explorer.update(rope=True)
     assert 16 not in explorer.controls["num_heads"].options
     explorer.update(rope=False, num_heads=16)

@@ -13,14 +13,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from mhsa_helpers import plots  # noqa: E402
+from mhsa_helpers.lessons.rope import figures as rope_figures
+from mhsa_helpers.teaching import figures
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,7 @@ def rotate(pair, angle):
 def test_attention_heatmap_draws_and_annotates_the_weights(as_tensor):
     weights = np.array([[0.7, 0.2, 0.1], [0.25, 0.5, 0.25]])
     given = torch.tensor(weights, dtype=torch.float32) if as_tensor else weights
-    ax = plots.attention_heatmap(given, query_tokens=["a", "b"], key_tokens=["x", "y", "z"], title="t")
+    ax = figures.attention_heatmap(given, query_tokens=["a", "b"], key_tokens=["x", "y", "z"], title="t")
     assert isinstance(ax, Axes)
     np.testing.assert_allclose(image_of(ax), weights, rtol=1e-6)
     assert [t.get_text() for t in ax.texts] == ["0.70", "0.20", "0.10", "0.25", "0.50", "0.25"]
@@ -59,10 +60,10 @@ def test_attention_heatmap_draws_and_annotates_the_weights(as_tensor):
 
 
 def test_attention_heatmap_annotation_default_and_range():
-    ax = plots.attention_heatmap(np.full((9, 9), 1 / 9))
+    ax = figures.attention_heatmap(np.full((9, 9), 1 / 9))
     assert len(ax.texts) == 0  # more than 8 tokens: colours only
     scores = np.array([[-3.0, 1.0], [2.0, 5.0]])
-    ax = plots.attention_heatmap(scores, vmin=None, vmax=None, annotate=True, fmt="{:.1f}")
+    ax = figures.attention_heatmap(scores, vmin=None, vmax=None, annotate=True, fmt="{:.1f}")
     assert ax.images[0].get_clim() == (-3.0, 5.0)
     assert [t.get_text() for t in ax.texts] == ["-3.0", "1.0", "2.0", "5.0"]
     # Dark cells get white text, light cells black.
@@ -70,20 +71,20 @@ def test_attention_heatmap_annotation_default_and_range():
 
 
 def test_attention_heatmap_into_given_axes():
-    fig, (left, right) = plt.subplots(1, 2)
-    assert plots.attention_heatmap(np.eye(2), ax=right) is right
+    _fig, (left, right) = plt.subplots(1, 2)
+    assert figures.attention_heatmap(np.eye(2), ax=right) is right
     assert len(left.images) == 0 and len(right.images) == 1
 
 
 def test_attention_heatmap_rejects_bad_input():
     with pytest.raises(ValueError, match="weights"):
-        plots.attention_heatmap(np.ones((2, 2, 2)))
+        figures.attention_heatmap(np.ones((2, 2, 2)))
     with pytest.raises(ValueError, match="query_tokens"):
-        plots.attention_heatmap(np.ones((2, 3)), query_tokens=["a"])
+        figures.attention_heatmap(np.ones((2, 3)), query_tokens=["a"])
     with pytest.raises(ValueError, match="key_tokens"):
-        plots.attention_heatmap(np.ones((2, 3)), key_tokens=["a", "b"])
+        figures.attention_heatmap(np.ones((2, 3)), key_tokens=["a", "b"])
     with pytest.raises(TypeError, match="query_tokens"):
-        plots.attention_heatmap(np.ones((2, 2)), query_tokens="ab")
+        figures.attention_heatmap(np.ones((2, 2)), query_tokens="ab")
 
 
 # ---------------------------------------------------------------- head_grid
@@ -92,7 +93,7 @@ def test_attention_heatmap_rejects_bad_input():
 def test_head_grid_one_heatmap_per_head():
     rng = np.random.default_rng(0)
     weights = rng.dirichlet(np.ones(4), size=(6, 4))
-    fig = plots.head_grid(torch.tensor(weights), tokens=list("abcd"), ncols=4, title="six heads", highlight=2)
+    fig = figures.head_grid(torch.tensor(weights), tokens=list("abcd"), ncols=4, title="six heads", highlight=2)
     assert isinstance(fig, Figure)
     panels = [ax for ax in fig.axes if ax.images]
     assert len(panels) == 6
@@ -108,18 +109,18 @@ def test_head_grid_one_heatmap_per_head():
 
 def test_head_grid_small_grids_are_annotated():
     weights = np.array([[[0.6, 0.4], [0.1, 0.9]], [[1.0, 0.0], [0.5, 0.5]]])
-    fig = plots.head_grid(weights)
+    fig = figures.head_grid(weights)
     panels = [ax for ax in fig.axes if ax.images]
     assert [t.get_text() for t in panels[1].texts] == ["1.00", "0.00", "0.50", "0.50"]
 
 
 def test_head_grid_rejects_bad_input():
     with pytest.raises(ValueError, match="weights"):
-        plots.head_grid(np.ones((3, 3)))
+        figures.head_grid(np.ones((3, 3)))
     with pytest.raises(ValueError, match="tokens"):
-        plots.head_grid(np.ones((2, 3, 3)), tokens=["a", "b"])
+        figures.head_grid(np.ones((2, 3, 3)), tokens=["a", "b"])
     with pytest.raises(ValueError, match="square"):
-        plots.head_grid(np.ones((2, 2, 3)), tokens=["a", "b"])
+        figures.head_grid(np.ones((2, 2, 3)), tokens=["a", "b"])
 
 
 # ---------------------------------------------------------------- mask_heatmap
@@ -127,28 +128,30 @@ def test_head_grid_rejects_bad_input():
 
 def test_mask_heatmap_shows_true_as_allowed():
     mask = torch.ones(4, 4, dtype=torch.bool).tril()
-    ax = plots.mask_heatmap(mask, query_tokens=list("abcd"), key_tokens=list("abcd"))
+    ax = figures.mask_heatmap(mask, query_tokens=list("abcd"), key_tokens=list("abcd"))
     np.testing.assert_array_equal(image_of(ax), np.tril(np.ones((4, 4))))
     image = ax.images[0]
     allowed = image.cmap(image.norm(1))
     blocked = image.cmap(image.norm(0))
-    assert matplotlib.colors.to_hex(allowed) == plots.MASK_COLORS[1]
-    assert matplotlib.colors.to_hex(blocked) == plots.MASK_COLORS[0]
+    assert matplotlib.colors.to_hex(allowed) == figures.MASK_COLORS[1]
+    assert matplotlib.colors.to_hex(blocked) == figures.MASK_COLORS[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["may attend (True)", "blocked (False)"]
 
 
 def test_mask_heatmap_requires_a_boolean_mask():
     with pytest.raises(TypeError, match="mask"):
-        plots.mask_heatmap(torch.ones(2, 2))
+        figures.mask_heatmap(torch.ones(2, 2))
     with pytest.raises(TypeError, match="mask"):
-        plots.mask_heatmap(np.ones((2, 2)))
+        figures.mask_heatmap(np.ones((2, 2)))
 
 
 # ---------------------------------------------------------------- RoPE
 
 
 def test_rope_rotation_arrows_turn_by_m_theta():
-    ax = plots.rope_rotation_arrows(np.array([0.6, 0.8]), base=10000.0, d_head=8, pair_index=1, positions=[0, 1, 5])
+    ax = rope_figures.rope_rotation_arrows(
+        np.array([0.6, 0.8]), base=10000.0, d_head=8, pair_index=1, positions=[0, 1, 5]
+    )
     theta = 10000.0 ** (-2 * 1 / 8)
     expected = np.stack([rotate([0.6, 0.8], m * theta) for m in (0, 1, 5)])
     quiver = ax.collections[0]
@@ -159,19 +162,19 @@ def test_rope_rotation_arrows_turn_by_m_theta():
 
 def test_rope_rotation_arrows_rejects_bad_input():
     with pytest.raises(ValueError, match="vector"):
-        plots.rope_rotation_arrows([1.0, 0.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[0])
+        rope_figures.rope_rotation_arrows([1.0, 0.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[0])
     with pytest.raises(ValueError, match="pair_index"):
-        plots.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=4, positions=[0])
+        rope_figures.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=4, positions=[0])
     with pytest.raises(ValueError, match="d_head"):
-        plots.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=7, pair_index=0, positions=[0])
+        rope_figures.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=7, pair_index=0, positions=[0])
     with pytest.raises(ValueError, match="positions"):
-        plots.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[])
+        rope_figures.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[])
     with pytest.raises(ValueError, match=r"positions\[1\]"):
-        plots.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[0, -1])
+        rope_figures.rope_rotation_arrows([1.0, 0.0], base=100.0, d_head=8, pair_index=0, positions=[0, -1])
 
 
 def test_rope_frequencies_plot():
-    ax = plots.rope_frequencies_plot(16, 500.0)
+    ax = rope_figures.rope_frequencies_plot(16, 500.0)
     x, y = ax.lines[0].get_data()
     np.testing.assert_array_equal(x, np.arange(8))
     np.testing.assert_allclose(y, [500.0 ** (-2 * i / 16) for i in range(8)], rtol=1e-6)
@@ -180,15 +183,19 @@ def test_rope_frequencies_plot():
 
 @pytest.mark.parametrize(
     "highlight, error, message",
-    [(8, ValueError, r"highlight must be in \[0, 7\], got highlight=8"), (-1, ValueError, r"highlight must be in \[0, 7\]"),
-     (2.0, TypeError, r"highlight must be an int, got float"), (True, TypeError, r"highlight must be an int, got bool")],
+    [
+        (8, ValueError, r"highlight must be in \[0, 7\], got highlight=8"),
+        (-1, ValueError, r"highlight must be in \[0, 7\]"),
+        (2.0, TypeError, r"highlight must be an int, got float"),
+        (True, TypeError, r"highlight must be an int, got bool"),
+    ],
 )
 def test_rope_frequencies_plot_refuses_a_bad_highlight_without_opening_a_figure(highlight, error, message):
     plt.close("all")
     with pytest.raises(error, match=message):
-        plots.rope_frequencies_plot(16, 500.0, highlight=highlight)
+        rope_figures.rope_frequencies_plot(16, 500.0, highlight=highlight)
     assert plt.get_fignums() == []
-    ax = plots.rope_frequencies_plot(16, 500.0, highlight=7)
+    ax = rope_figures.rope_frequencies_plot(16, 500.0, highlight=7)
     assert plt.get_fignums() == [ax.figure.number]
     np.testing.assert_allclose(ax.lines[1].get_data(), [[7], [500.0 ** (-14 / 16)]], rtol=1e-6)
 
@@ -199,30 +206,30 @@ def test_rope_score_vs_distance_is_the_rotated_dot_product(convention):
     q, k = rng.normal(size=8), rng.normal(size=8)
     base, max_distance = 100.0, 20
     thetas = base ** (-np.arange(0, 8, 2) / 8)
-    if convention == "interleaved":
-        pairs = [(2 * i, 2 * i + 1) for i in range(4)]
-    else:
-        pairs = [(i, i + 4) for i in range(4)]
+    pairs = [(2 * i, 2 * i + 1) for i in range(4)] if convention == "interleaved" else [(i, i + 4) for i in range(4)]
     expected = []
     for d in range(max_distance + 1):
         # Query at position d, key at 0: only the relative angle d * theta_i matters.
-        expected.append(sum(rotate(q[list(p)], d * t) @ k[list(p)] for p, t in zip(pairs, thetas)))
-    ax = plots.rope_score_vs_distance(torch.tensor(q), k, base=base, max_distance=max_distance, convention=convention)
+        expected.append(sum(rotate(q[list(p)], d * t) @ k[list(p)] for p, t in zip(pairs, thetas, strict=True)))
+    ax = rope_figures.rope_score_vs_distance(
+        torch.tensor(q), k, base=base, max_distance=max_distance, convention=convention
+    )
     x, y = ax.lines[0].get_data()
     np.testing.assert_array_equal(x, np.arange(max_distance + 1))
     np.testing.assert_allclose(y, expected, atol=1e-5)
-    shifted = plots.rope_score_vs_distance(q, k, base=base, max_distance=max_distance, convention=convention,
-                                           offset=37)
+    shifted = rope_figures.rope_score_vs_distance(
+        q, k, base=base, max_distance=max_distance, convention=convention, offset=37
+    )
     np.testing.assert_allclose(shifted.lines[0].get_ydata(), expected, atol=1e-4)
 
 
 def test_rope_score_vs_distance_rejects_bad_input():
     with pytest.raises(ValueError, match="d_head"):
-        plots.rope_score_vs_distance(np.ones(5), np.ones(5), base=100.0, max_distance=3)
+        rope_figures.rope_score_vs_distance(np.ones(5), np.ones(5), base=100.0, max_distance=3)
     with pytest.raises(ValueError, match="k must have the shape of q"):
-        plots.rope_score_vs_distance(np.ones(4), np.ones(6), base=100.0, max_distance=3)
+        rope_figures.rope_score_vs_distance(np.ones(4), np.ones(6), base=100.0, max_distance=3)
     with pytest.raises(ValueError, match="convention"):
-        plots.rope_score_vs_distance(np.ones(4), np.ones(4), base=100.0, max_distance=3, convention="halves")
+        rope_figures.rope_score_vs_distance(np.ones(4), np.ones(4), base=100.0, max_distance=3, convention="halves")
 
 
 # ---------------------------------------------------------------- benchmark_plot
@@ -235,28 +242,28 @@ def test_benchmark_plot_one_sorted_line_per_group():
         {"implementation": "fused", "n": 128, "median_ms": 0.5},
         {"implementation": "explicit", "n": 512, "median_ms": 9.0},
     ]
-    ax = plots.benchmark_plot(rows)
+    ax = figures.benchmark_plot(rows)
     assert [line.get_label() for line in ax.lines] == ["fused", "explicit"]
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), [128, 512])
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), [0.5, 2.0])
     np.testing.assert_array_equal(ax.lines[1].get_ydata(), [1.5, 9.0])
     assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"  # 128 -> 512 spans 4x only
-    ax = plots.benchmark_plot(rows + [{"implementation": "fused", "n": 4096, "median_ms": 30.0}], logy=False)
+    ax = figures.benchmark_plot([*rows, {"implementation": "fused", "n": 4096, "median_ms": 30.0}], logy=False)
     assert ax.get_yscale() == "linear" and ax.get_xscale() == "log"
 
 
 def test_benchmark_plot_rejects_bad_rows():
     with pytest.raises(ValueError, match="rows"):
-        plots.benchmark_plot([])
+        figures.benchmark_plot([])
     with pytest.raises(ValueError, match="median_ms"):
-        plots.benchmark_plot([{"implementation": "a", "n": 1}])
+        figures.benchmark_plot([{"implementation": "a", "n": 1}])
     with pytest.raises(TypeError, match=r"rows\[0\]"):
-        plots.benchmark_plot([("a", 1, 2.0)])
+        figures.benchmark_plot([("a", 1, 2.0)])
 
 
 def test_plots_make_fixed_size_figures_and_nothing_random():
-    a = plots.attention_heatmap(np.eye(3)).figure
-    b = plots.attention_heatmap(np.eye(3)).figure
+    a = figures.attention_heatmap(np.eye(3)).figure
+    b = figures.attention_heatmap(np.eye(3)).figure
     assert tuple(a.get_size_inches()) == tuple(b.get_size_inches())
     a.canvas.draw()
     b.canvas.draw()

@@ -20,12 +20,13 @@ without raising, so committed notebooks with unsolved stubs run top to bottom.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["Case", "Misconception", "CheckResult", "check_function", "random_tensor", "random_tensors"]
+__all__ = ["Case", "CheckResult", "Misconception", "check_function", "random_tensor", "random_tensors"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class CheckResult:
     exercise: str
     status: str
     message: str
-    misconception: Optional[str] = None
+    misconception: str | None = None
 
     @property
     def correct(self) -> bool:
@@ -79,7 +80,7 @@ def random_tensors(*shapes: Sequence[int], seed: int) -> tuple:
 # ------------------------------------------------------------------ comparing outputs
 
 
-def _as_tensors(value: Any) -> List[torch.Tensor]:
+def _as_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
@@ -110,7 +111,7 @@ def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
         return False
     if len(got_tensors) != len(expected_tensors):
         return False
-    return all(_same_tensor(g, e, atol, rtol) for g, e in zip(got_tensors, expected_tensors))
+    return all(_same_tensor(g, e, atol, rtol) for g, e in zip(got_tensors, expected_tensors, strict=True))
 
 
 def _as_numbers(t: torch.Tensor) -> torch.Tensor:
@@ -222,11 +223,16 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> C
             return CheckResult(
                 exercise,
                 "error",
-                f"[{exercise}] your function raised {type(exc).__name__}: {exc} (case: {case.description or case.args})",
+                f"[{exercise}] your function raised {type(exc).__name__}: {exc} "
+                f"(case: {case.description or case.args})",
             )
     expected_outputs = [_call(reference, case) for case in cases]
     first_wrong = next(
-        (i for i, (g, e) in enumerate(zip(learner_outputs, expected_outputs)) if not _same(g, e, atol, rtol)),
+        (
+            i
+            for i, (g, e) in enumerate(zip(learner_outputs, expected_outputs, strict=True))
+            if not _same(g, e, atol, rtol)
+        ),
         None,
     )
     if first_wrong is None:
@@ -236,7 +242,7 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> C
             mistaken = [_call(mistake.implementation, case) for case in cases]
         except Exception:
             continue
-        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken)):
+        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)):
             return CheckResult(
                 exercise,
                 "misconception",

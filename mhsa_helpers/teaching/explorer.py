@@ -1,19 +1,42 @@
 """What every explorer shares: the :class:`Explorer` widget (controls, caption, figure),
 the cache of its off-screen figures (one per layout, redrawn by blitting), the setting
-checks and seeding helpers, and the constants the explorers document (resolution, seeds,
-sentences and input scale), so that a notebook can rebuild any explorer's numbers.
+checks, slider defaults and seeding helpers.
+
+Each lesson's explorer (``mhsa_helpers.lessons.<slug>.explorer``) subclasses
+:class:`Explorer` and is returned by a factory function that checks its settings first::
+
+    from mhsa_helpers.lessons.multi_head import heads_explorer
+    explorer = heads_explorer()
+    explorer                                   # shows the controls, a caption and the figure
+    explorer.controls["num_heads"].value = 4   # same as moving the control by hand
+    explorer.data["weights"].shape             # (4, 6, 6): exactly what is drawn now
+
+Every number drawn is computed by :mod:`mhsa_helpers` (never by a second copy of
+the maths here). Figures are drawn by matplotlib into off-screen figures (one per
+layout, reused) and sent as a PNG to one ``ipywidgets.Image``, whose picture is
+replaced in place: no pyplot figure is opened (so none leaks, however often a slider
+moves), nothing flickers, and only core widgets that exist in both ipywidgets 7.7.1
+(Colab) and 8.x (JupyterLab 4) are used.
+
+Controls only offer possible settings; calling an explorer, or :meth:`Explorer.update`,
+with an impossible setting raises ``ValueError`` naming it (``TypeError`` for a value of
+the wrong type, e.g. ``num_heads=2.0`` or ``causal="no"``).
+
+Each explorer keeps the figures of its last few layouts (:data:`LAYOUT_CACHE`); a new
+explorer trims the older ones of its kind (e.g. left behind by re-running a cell) to the
+one figure they show, and ``explorer.close()`` frees an explorer's figures and widgets.
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import io
 import math
 import weakref
 from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
@@ -22,20 +45,20 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
-from ..checks import check_int
-from ..examples import TELESCOPE_SENTENCE, sentence_embeddings
-from ..mha import MultiHeadSelfAttention
-
 __all__ = [
-    "Explorer",
     "DPI",
     "LAYOUT_CACHE",
-    "MODEL_SEED",
-    "DROPOUT_SEED",
-    "SEED_002_SEED",
-    "SCALING_SENTENCES",
-    "HEADS_SENTENCE",
-    "INPUT_SCALE",
+    "SLIDER",
+    "Explorer",
+    "check_bool",
+    "check_number",
+    "divisors",
+    "log_slider",
+    "nearby_value",
+    "open_explorers",
+    "seeded",
+    "set_options",
+    "to_numpy",
 ]
 
 #: Resolution of the explorers' figures (pixels per inch): small PNGs redraw fast.
@@ -43,45 +66,33 @@ DPI = 80
 #: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length);
 #: each holds a few MB of canvas, background and artists.
 LAYOUT_CACHE = 4
-#: ``torch.manual_seed`` right before building the explorers' :class:`MultiHeadSelfAttention`.
-MODEL_SEED = 0
-#: ``torch.manual_seed`` right before the masking explorer's training-mode dropout.
-DROPOUT_SEED = 0
-#: Seed 002's ``torch.manual_seed`` before its three ``nn.Linear(3, 3, bias=False)`` (query, key, value).
-SEED_002_SEED = 789
-#: Sentences of the scaling explorer.
-SCALING_SENTENCES = ("She loves cats", "Your journey starts with one step")
-#: Words fed to the heads and MHSA explorers.
-HEADS_SENTENCE = TELESCOPE_SENTENCE
-#: Their inputs are ``INPUT_SCALE * sentence_embeddings(HEADS_SENTENCE, d_model, seed=MODEL_SEED)``:
-#: a freshly initialised module's small weights give almost uniform attention on unit-size
-#: inputs, and larger inputs make the heads' differences visible.
-INPUT_SCALE = 3.0
-
-_SLIDER = {"continuous_update": False, "style": {"description_width": "initial"}}
+#: Keyword arguments of every slider: redraw on release (not on every pixel), labels at full width.
+SLIDER = {"continuous_update": False, "style": {"description_width": "initial"}}
 
 
 @contextmanager
-def _seeded(seed: int) -> Iterator[None]:
+def seeded(seed: int) -> Iterator[None]:
     """Run with ``torch.manual_seed(seed)`` without disturbing the caller's random state."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
 
 
-def _check_bool(name: str, value: object) -> bool:
+def check_bool(name: str, value: object) -> bool:
+    """``value`` as a bool; only True or False (numpy's too) are accepted."""
     # bool(value) would turn any non-empty string, e.g. "no", into True.
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return bool(value)
 
 
-def _divisors(n: int) -> List[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending (the head counts a ``d_model`` of ``n`` allows)."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-
-def _check_float(name: str, value: object, low: float, high: float) -> float:
+def check_number(name: str, value: object, low: float, high: float) -> float:
+    """``value`` as a float: a finite int or float (never a bool) in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a number in [{low:g}, {high:g}], got {type(value).__name__} {value!r}")
     if not (math.isfinite(float(value)) and low <= float(value) <= high):
@@ -89,22 +100,56 @@ def _check_float(name: str, value: object, low: float, high: float) -> float:
     return float(value)
 
 
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor of any shape as a float64 numpy array (what explorers keep in ``data``)."""
     return t.detach().cpu().double().numpy()
 
 
-def _log_slider(
+def log_slider(
     description: str, value: float, low_exp: float, high_exp: float, step: float, readout_format: str
 ) -> widgets.FloatLogSlider:
-    # readout_format is a d3-format string, read by the browser.
-    return widgets.FloatLogSlider(value=value, base=10, min=low_exp, max=high_exp, step=step,
-                                  description=description, readout_format=readout_format, **_SLIDER)
+    """A base-10 log slider from ``10**low_exp`` to ``10**high_exp``; ``readout_format`` is a d3-format
+    string (read by the browser)."""
+    return widgets.FloatLogSlider(
+        value=value,
+        base=10,
+        min=low_exp,
+        max=high_exp,
+        step=step,
+        description=description,
+        readout_format=readout_format,
+        **SLIDER,
+    )
 
 
 #: Explorers not closed yet (weakly held): a new explorer trims the figure cache of the older
 #: ones of its kind, which are usually left behind by re-running the cell that made them.
-_OPEN_EXPLORERS: "weakref.WeakSet[Explorer]" = weakref.WeakSet()
+_OPEN_EXPLORERS: weakref.WeakSet[Explorer] = weakref.WeakSet()
+
+
+def open_explorers() -> list[Explorer]:
+    """The explorers created and not closed yet (e.g. to close every one at the end of a test)."""
+    return list(_OPEN_EXPLORERS)
+
+
+def nearby_value(control: widgets.Widget) -> Any:
+    """A value of ``control`` next to its current one that a user could choose: the other state of a
+    checkbox, the next option of a selection (the previous one at the end), one step along a slider
+    (one step back at the top). ``None`` when the control offers no other value."""
+    if isinstance(control, widgets.Checkbox):
+        return not control.value
+    if hasattr(control, "options"):
+        values = [o[1] if isinstance(o, tuple) else o for o in control.options]
+        if len(values) < 2:
+            return None
+        index = values.index(control.value)
+        return values[index + 1] if index + 1 < len(values) else values[index - 1]
+    if isinstance(control, widgets.FloatLogSlider):
+        exponent = math.log(control.value, control.base)
+        up = exponent + control.step <= control.max + 1e-9
+        return control.base ** (exponent + control.step if up else exponent - control.step)
+    up = control.value + control.step <= control.max
+    return control.value + control.step if up else control.value - control.step
 
 
 class Explorer(widgets.VBox):
@@ -125,20 +170,20 @@ class Explorer(widgets.VBox):
     ``_caption_text``.
     """
 
-    figsize: Tuple[float, float] = (7.5, 3.6)
+    figsize: tuple[float, float] = (7.5, 3.6)
     #: Controls that change which values other controls offer (e.g. RoPE on/off changes the
     #: head counts on offer); ``update`` sets them before the rest.
-    options_controls: Tuple[str, ...] = ()
+    options_controls: tuple[str, ...] = ()
 
-    def __init__(self, controls: Dict[str, widgets.Widget], *, title: str) -> None:
-        self.controls: Dict[str, widgets.Widget] = dict(controls)
-        self.data: Dict[str, Any] = {}
+    def __init__(self, controls: dict[str, widgets.Widget], *, title: str) -> None:
+        self.controls: dict[str, widgets.Widget] = dict(controls)
+        self.data: dict[str, Any] = {}
         self.redraw_count = 0
         self._names = {id(widget): name for name, widget in self.controls.items()}
         self._syncing = False
         self._batch = 0
-        self._layouts: "OrderedDict[Hashable, _Layout]" = OrderedDict()
-        self._current: Optional[_Layout] = None
+        self._layouts: OrderedDict[Hashable, _Layout] = OrderedDict()
+        self._current: _Layout | None = None
         self._image = widgets.Image(format="png")
         self._image.add_class("mhsa-explorer-figure")
         self._caption = widgets.HTML(value="")
@@ -159,14 +204,14 @@ class Explorer(widgets.VBox):
 
     # ------------------------------------------------------------ public
 
-    def values(self) -> Dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         """The current value of every control, ``{name: value}``."""
         return {name: widget.value for name, widget in self.controls.items()}
 
-    def update(self, **values: Any) -> "Explorer":
+    def update(self, **values: Any) -> Explorer:
         """Set several controls at once (checked first, one redraw at the end)::
 
-            explorer.update(num_heads=4, seq_len=3)
+        explorer.update(num_heads=4, seq_len=3)
         """
         unknown = sorted(set(values) - set(self.controls))
         if unknown:
@@ -204,7 +249,7 @@ class Explorer(widgets.VBox):
         self.data = data
         self.redraw_count += 1
 
-    def _layout_for(self, data: Dict[str, Any]) -> "_Layout":
+    def _layout_for(self, data: dict[str, Any]) -> _Layout:
         """The figure for this data's layout: built on first use, then kept (the last
         :data:`LAYOUT_CACHE` of them), since building axes costs more than drawing them."""
         key = self._layout(data)
@@ -264,7 +309,7 @@ class Explorer(widgets.VBox):
 
     # ------------------------------------------------------------ internals
 
-    def _on_change(self, change: Dict[str, Any]) -> None:
+    def _on_change(self, change: dict[str, Any]) -> None:
         if self._syncing:
             return  # a control being adjusted by _sync; the redraw comes after
         self._syncing = True
@@ -278,31 +323,31 @@ class Explorer(widgets.VBox):
     def _sync(self, changed: str) -> None:
         """Adjust dependent controls after ``changed`` moved (e.g. the head selector's range)."""
 
-    def _check(self, values: Dict[str, Any]) -> None:
+    def _check(self, values: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _compute(self, values: Dict[str, Any]) -> Dict[str, Any]:
+    def _compute(self, values: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _layout(self, data: Dict[str, Any]) -> Hashable:
+    def _layout(self, data: dict[str, Any]) -> Hashable:
         """Key of the figure's structure: the artists are rebuilt when it changes."""
         return None
 
-    def _static(self, data: Dict[str, Any]) -> Hashable:
+    def _static(self, data: dict[str, Any]) -> Hashable:
         """Key of everything drawn that is not in ``_dynamic`` (axis labels, frames...)."""
         return self._layout(data)
 
-    def _dynamic(self, artists: Any) -> Optional[List[Any]]:
+    def _dynamic(self, artists: Any) -> list[Any] | None:
         """The artists that change between redraws of one layout (None: redraw everything)."""
         return None
 
-    def _build(self, fig: Figure, data: Dict[str, Any]) -> Any:
+    def _build(self, fig: Figure, data: dict[str, Any]) -> Any:
         raise NotImplementedError
 
-    def _update(self, artists: Any, data: Dict[str, Any]) -> None:
+    def _update(self, artists: Any, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _caption_text(self, data: Dict[str, Any]) -> str:
+    def _caption_text(self, data: dict[str, Any]) -> str:
         raise NotImplementedError
 
 
@@ -313,9 +358,9 @@ class _Layout:
         self.figure = figure
         self.artists = artists
         self.background: Any = None
-        self.static_key: Optional[Hashable] = None
+        self.static_key: Hashable | None = None
 
-    def draw(self, static_key: Hashable, dynamic: Optional[List[Any]]) -> None:
+    def draw(self, static_key: Hashable, dynamic: list[Any] | None) -> None:
         """Draw the figure into its canvas. Drawing text is most of the cost, and the axis
         labels and titles rarely change: so the static part is drawn once per ``static_key``
         and kept as a background, and each redraw pastes it and draws only the ``dynamic``
@@ -342,59 +387,9 @@ class _Layout:
         return buffer.getvalue()
 
 
-def _set_options(widget: widgets.Widget, options: Sequence[Any], value: Any) -> None:
+def set_options(widget: widgets.Widget, options: Sequence[Any], value: Any) -> None:
     """Replace a selection widget's options and select ``value`` (setting options alone
     would jump to the first option)."""
     if tuple(widget.options) != tuple(options):
         widget.options = options
     widget.value = value
-
-
-# ===================================================================== heads and MHSA explorers (nb04, nb06)
-
-
-def _heads_inputs(d_model: int) -> Tuple[Tuple[str, ...], torch.Tensor]:
-    """``(tokens, inputs (8, d_model))`` of the heads and MHSA explorers."""
-    tokens, embeddings = sentence_embeddings(HEADS_SENTENCE, d_model, seed=MODEL_SEED)
-    return tokens, INPUT_SCALE * embeddings
-
-
-def _heads_columns(heads: int) -> int:
-    rows = math.ceil(heads / 6)
-    return math.ceil(heads / rows)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_module(d_model: int, num_heads: int, options: Tuple[Tuple[str, Any], ...]) -> MultiHeadSelfAttention:
-    with _seeded(MODEL_SEED):
-        module = MultiHeadSelfAttention(d_model, num_heads, **dict(options))
-    return module.eval().requires_grad_(False)
-
-
-def _seeded_module(d_model: int, num_heads: int, **options: Any) -> MultiHeadSelfAttention:
-    """``MultiHeadSelfAttention(d_model, num_heads, **options)`` right after ``torch.manual_seed(MODEL_SEED)``,
-    in eval mode. Its parameters do not depend on ``num_heads``, causal or RoPE, so every
-    configuration splits the same projections differently."""
-    return _cached_module(d_model, num_heads, tuple(sorted(options.items())))
-
-
-def _check_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:
-    options = _divisors(d_model)
-    choices = ", ".join(map(str, options))
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)):
-        raise TypeError(
-            f"{name} must be an int that divides d_model={d_model} (choose from {choices}), "
-            f"got {type(num_heads).__name__} {num_heads!r}"
-        )
-    if num_heads not in options:
-        raise ValueError(f"{name} must divide d_model={d_model} (choose from {choices}), got {name}={num_heads!r}")
-    if rope and (d_model // num_heads) % 2:
-        raise ValueError(
-            f"RoPE rotates pairs of features, so d_head = d_model / num_heads must be even: "
-            f"{name}={num_heads} gives d_head={d_model // num_heads}"
-        )
-    return int(num_heads)
-
-
-def _check_d_model(d_model: object) -> int:
-    return check_int("d_model", d_model, 1, 64)

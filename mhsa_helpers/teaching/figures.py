@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -32,23 +31,24 @@ from matplotlib.patches import Patch
 from ..checks import check_int
 
 __all__ = [
-    "attention_heatmap",
-    "head_grid",
-    "mask_heatmap",
-    "WEIGHTS_CMAP",
-    "MASK_COLORS",
     "ANNOTATE_MAX_SEQ",
-    "Heatmap",
+    "MASK_COLORS",
+    "WEIGHTS_CMAP",
     "HeadGrid",
-    "benchmark_plot",
+    "Heatmap",
     "as_array",
     "as_matrix",
+    "attention_heatmap",
+    "benchmark_plot",
     "check_tokens",
+    "head_grid",
+    "mask_heatmap",
     "new_axes",
 ]
 
 
 # ----------------------------------------------------------------- inputs
+
 
 def as_array(name: str, value: object, *, dtype=np.float64) -> np.ndarray:
     """torch tensor / numpy array / nested list -> numpy array of ``dtype``."""
@@ -74,7 +74,7 @@ def as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) ->
     return array
 
 
-def check_tokens(name: str, tokens: Optional[Sequence[str]], expected: int, what: str) -> Optional[List[str]]:
+def check_tokens(name: str, tokens: Sequence[str] | None, expected: int, what: str) -> list[str] | None:
     """``tokens`` as a list of ``expected`` strings, one per ``what`` (``None`` stays ``None``)."""
     if tokens is None:
         return None
@@ -86,8 +86,7 @@ def check_tokens(name: str, tokens: Optional[Sequence[str]], expected: int, what
     return tokens
 
 
-
-def new_axes(figsize: Tuple[float, float]) -> Axes:
+def new_axes(figsize: tuple[float, float]) -> Axes:
     """A new pyplot Axes of ``figsize`` inches."""
     # pyplot (not a bare Figure) so that Jupyter's inline backend shows it.
     import matplotlib.pyplot as plt
@@ -107,17 +106,19 @@ MASK_COLORS = ("#d9d9d9", "#2171b5")
 ANNOTATE_MAX_SEQ = 8
 
 
-def _heatmap_figsize(seq_q: int, seq_k: int) -> Tuple[float, float]:
+def _heatmap_figsize(seq_q: int, seq_k: int) -> tuple[float, float]:
     return (min(9.0, 1.6 + 0.55 * seq_k), min(8.0, 1.3 + 0.5 * seq_q))
 
 
 def _label_axes(ax: Axes, query_tokens, key_tokens, seq_q: int, seq_k: int, *, fontsize: float = 8) -> None:
     ax.set_xticks(range(seq_k))
     ax.set_yticks(range(seq_q))
-    ax.set_xticklabels(key_tokens if key_tokens is not None else [str(j) for j in range(seq_k)],
-                       rotation=90 if key_tokens is not None else 0, fontsize=fontsize)
-    ax.set_yticklabels(query_tokens if query_tokens is not None else [str(i) for i in range(seq_q)],
-                       fontsize=fontsize)
+    ax.set_xticklabels(
+        key_tokens if key_tokens is not None else [str(j) for j in range(seq_k)],
+        rotation=90 if key_tokens is not None else 0,
+        fontsize=fontsize,
+    )
+    ax.set_yticklabels(query_tokens if query_tokens is not None else [str(i) for i in range(seq_q)], fontsize=fontsize)
     ax.tick_params(length=0)
 
 
@@ -134,24 +135,24 @@ class Heatmap:
         ax: Axes,
         values: np.ndarray,
         *,
-        row_labels: Optional[List[str]],
-        col_labels: Optional[List[str]],
+        row_labels: list[str] | None,
+        col_labels: list[str] | None,
         cmap,
-        vmin: Optional[float],
-        vmax: Optional[float],
+        vmin: float | None,
+        vmax: float | None,
         annotate: bool,
         fmt: str = "{:.2f}",
         fontsize: float = 8,
         show_rows: bool = True,
         show_cols: bool = True,
-        rotate_cols: Optional[bool] = None,
+        rotate_cols: bool | None = None,
     ) -> None:
         self.ax = ax
         self.shape = values.shape
         self.fmt = fmt
         self.fontsize = fontsize
         self._fixed = (vmin, vmax)
-        self.texts: List = []
+        self.texts: list = []
         self.image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="equal", interpolation="nearest")
         seq_q, seq_k = self.shape
         if show_cols:
@@ -163,15 +164,16 @@ class Heatmap:
             ax.set_xticks([])
         if show_rows:
             ax.set_yticks(range(seq_q))
-            ax.set_yticklabels(row_labels if row_labels is not None else [str(i) for i in range(seq_q)],
-                               fontsize=fontsize)
+            ax.set_yticklabels(
+                row_labels if row_labels is not None else [str(i) for i in range(seq_q)], fontsize=fontsize
+            )
         else:
             ax.set_yticks([])
         ax.tick_params(length=0, pad=1.5)
         self.set_annotate(annotate)
         self.set_values(values)
 
-    def dynamic(self) -> List:
+    def dynamic(self) -> list:
         """The artists that change when the values do: the image, the annotations, and
         the frame (drawn again so that the image does not cover it)."""
         return [self.image, *self.ax.spines.values(), *self.texts]
@@ -214,7 +216,7 @@ class Heatmap:
             return
         low, high = self.image.get_clim()
         span = (high - low) or 1.0
-        for text, value in zip(self.texts, self.values.ravel()):
+        for text, value in zip(self.texts, self.values.ravel(), strict=True):
             text.set_text(self.fmt.format(value))
             # White text on the dark half of the colormap, black on the light half.
             dark = bool(np.isfinite(value)) and (value - low) / span > 0.55
@@ -224,13 +226,13 @@ class Heatmap:
 def attention_heatmap(
     weights,
     *,
-    query_tokens: Optional[Sequence[str]] = None,
-    key_tokens: Optional[Sequence[str]] = None,
-    ax: Optional[Axes] = None,
-    title: Optional[str] = None,
-    annotate: Optional[bool] = None,
-    vmin: Optional[float] = 0.0,
-    vmax: Optional[float] = 1.0,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
     cmap: str = WEIGHTS_CMAP,
     fmt: str = "{:.2f}",
     fontsize: float = 8,
@@ -241,8 +243,18 @@ def attention_heatmap(
     8 long). ``vmin``/``vmax`` fix the colour range (0 to 1 suits weights; pass
     ``None`` for the data's own range, e.g. for raw scores). Returns the Axes.
     """
-    heatmap = _heatmap(weights, query_tokens=query_tokens, key_tokens=key_tokens, ax=ax, annotate=annotate,
-                       vmin=vmin, vmax=vmax, cmap=cmap, fmt=fmt, fontsize=fontsize)
+    heatmap = _heatmap(
+        weights,
+        query_tokens=query_tokens,
+        key_tokens=key_tokens,
+        ax=ax,
+        annotate=annotate,
+        vmin=vmin,
+        vmax=vmax,
+        cmap=cmap,
+        fmt=fmt,
+        fontsize=fontsize,
+    )
     if title is not None:
         heatmap.ax.set_title(title, fontsize=fontsize + 1)
     return heatmap.ax
@@ -253,10 +265,10 @@ def _heatmap(
     *,
     query_tokens=None,
     key_tokens=None,
-    ax: Optional[Axes] = None,
-    annotate: Optional[bool] = None,
-    vmin: Optional[float] = 0.0,
-    vmax: Optional[float] = 1.0,
+    ax: Axes | None = None,
+    annotate: bool | None = None,
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
     cmap=WEIGHTS_CMAP,
     fmt: str = "{:.2f}",
     fontsize: float = 8,
@@ -270,8 +282,18 @@ def _heatmap(
         ax = new_axes(_heatmap_figsize(seq_q, seq_k))
     if annotate is None:
         annotate = max(seq_q, seq_k) <= ANNOTATE_MAX_SEQ
-    return Heatmap(ax, values, row_labels=query_tokens, col_labels=key_tokens, cmap=cmap, vmin=vmin,
-                    vmax=vmax, annotate=annotate, fmt=fmt, fontsize=fontsize)
+    return Heatmap(
+        ax,
+        values,
+        row_labels=query_tokens,
+        col_labels=key_tokens,
+        cmap=cmap,
+        vmin=vmin,
+        vmax=vmax,
+        annotate=annotate,
+        fmt=fmt,
+        fontsize=fontsize,
+    )
 
 
 class HeadGrid:
@@ -284,10 +306,10 @@ class HeadGrid:
         fig: Figure,
         weights: np.ndarray,
         *,
-        tokens: Optional[List[str]],
+        tokens: list[str] | None,
         ncols: int,
-        title: Optional[str] = None,
-        rect: Tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
+        title: str | None = None,
+        rect: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
         annotate: str = "auto",
     ) -> None:
         heads, seq_q, seq_k = weights.shape
@@ -298,11 +320,14 @@ class HeadGrid:
         width, height = right - left, top - bottom
         label_room = 0.0 if tokens is None else 0.13
         grid = fig.add_gridspec(
-            nrows, ncols,
-            left=left + (0.05 + label_room) * width, right=right - 0.01 * width,
+            nrows,
+            ncols,
+            left=left + (0.05 + label_room) * width,
+            right=right - 0.01 * width,
             bottom=bottom + (0.05 + 1.3 * label_room) * height,
             top=top - (0.14 if title else 0.08) * height,
-            wspace=0.12, hspace=0.3,
+            wspace=0.12,
+            hspace=0.3,
         )
         self.small = heads > 4
         # "auto": values written in every panel of a small grid; "highlight": only in the
@@ -310,29 +335,37 @@ class HeadGrid:
         self.annotate = annotate
         self.can_annotate = annotate != "none" and max(seq_q, seq_k) <= ANNOTATE_MAX_SEQ and not self.small
         fontsize = 6 if self.small else 7
-        self.panels: List[Heatmap] = []
+        self.panels: list[Heatmap] = []
         for h in range(heads):
             row, col = divmod(h, ncols)
             ax = fig.add_subplot(grid[row, col])
             panel = Heatmap(
-                ax, weights[h], row_labels=tokens, col_labels=tokens, cmap=WEIGHTS_CMAP, vmin=0.0, vmax=1.0,
-                annotate=self.can_annotate and annotate == "auto", fontsize=fontsize,
-                show_rows=col == 0, show_cols=h + ncols >= heads,
+                ax,
+                weights[h],
+                row_labels=tokens,
+                col_labels=tokens,
+                cmap=WEIGHTS_CMAP,
+                vmin=0.0,
+                vmax=1.0,
+                annotate=self.can_annotate and annotate == "auto",
+                fontsize=fontsize,
+                show_rows=col == 0,
+                show_cols=h + ncols >= heads,
             )
             self.panels.append(panel)
             ax.set_title(f"head {h + 1}", fontsize=fontsize + 1, pad=2)
         self.title = fig.text((left + right) / 2, top - 0.01 * height, title or "", ha="center", va="top", fontsize=9)
-        self.highlight: Optional[int] = None
+        self.highlight: int | None = None
 
-    def dynamic(self) -> List:
+    def dynamic(self) -> list:
         return [artist for panel in self.panels for artist in panel.dynamic()]
 
-    def set_values(self, weights: np.ndarray, highlight: Optional[int] = None) -> None:
-        for panel, values in zip(self.panels, weights):
+    def set_values(self, weights: np.ndarray, highlight: int | None = None) -> None:
+        for panel, values in zip(self.panels, weights, strict=True):
             panel.set_values(values)
         self.set_highlight(highlight)
 
-    def set_highlight(self, highlight: Optional[int]) -> None:
+    def set_highlight(self, highlight: int | None) -> None:
         # Only frames and annotations change (both among the dynamic artists), so moving
         # the highlight needs no new background.
         if highlight == self.highlight:
@@ -351,11 +384,11 @@ class HeadGrid:
 def head_grid(
     weights,
     *,
-    tokens: Optional[Sequence[str]] = None,
+    tokens: Sequence[str] | None = None,
     ncols: int = 4,
-    title: Optional[str] = None,
-    figsize: Optional[Tuple[float, float]] = None,
-    highlight: Optional[int] = None,
+    title: str | None = None,
+    figsize: tuple[float, float] | None = None,
+    highlight: int | None = None,
 ) -> Figure:
     """One heatmap per head: ``weights (heads, seq_q, seq_k)``, ``ncols`` heads per row.
 
@@ -390,10 +423,10 @@ def head_grid(
 def mask_heatmap(
     mask,
     *,
-    query_tokens: Optional[Sequence[str]] = None,
-    key_tokens: Optional[Sequence[str]] = None,
-    ax: Optional[Axes] = None,
-    title: Optional[str] = None,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
 ) -> Axes:
     """Show a boolean ``mask (seq_q, seq_k)``: blue where the query may attend (``True``), grey where blocked."""
     if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
@@ -406,13 +439,26 @@ def mask_heatmap(
     key_tokens = check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
     if ax is None:
         ax = new_axes(_heatmap_figsize(seq_q, seq_k))
-    ax.imshow(values.astype(np.int64), cmap=ListedColormap(list(MASK_COLORS)), vmin=0, vmax=1,
-              aspect="equal", interpolation="nearest")
+    ax.imshow(
+        values.astype(np.int64),
+        cmap=ListedColormap(list(MASK_COLORS)),
+        vmin=0,
+        vmax=1,
+        aspect="equal",
+        interpolation="nearest",
+    )
     _label_axes(ax, query_tokens, key_tokens, seq_q, seq_k)
     ax.legend(
-        handles=[Patch(color=MASK_COLORS[1], label="may attend (True)"), Patch(color=MASK_COLORS[0], label="blocked (False)")],
-        loc="upper center", bbox_to_anchor=(0.5, -0.02 if key_tokens is None else -0.25),
-        ncol=2, fontsize=7, frameon=False, handlelength=1.0,
+        handles=[
+            Patch(color=MASK_COLORS[1], label="may attend (True)"),
+            Patch(color=MASK_COLORS[0], label="blocked (False)"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.02 if key_tokens is None else -0.25),
+        ncol=2,
+        fontsize=7,
+        frameon=False,
+        handlelength=1.0,
     )
     if key_tokens is None:
         ax.xaxis.tick_top()
@@ -425,14 +471,14 @@ def mask_heatmap(
 
 
 def benchmark_plot(
-    rows: Sequence[Dict[str, object]],
+    rows: Sequence[dict[str, object]],
     *,
     x: str = "n",
     y: str = "median_ms",
     group: str = "implementation",
-    ax: Optional[Axes] = None,
+    ax: Axes | None = None,
     logy: bool = True,
-    logx: Optional[bool] = None,
+    logx: bool | None = None,
 ) -> Axes:
     """One line per ``group`` of ``rows`` (e.g. a benchmark table), ``y`` against ``x``.
 
@@ -441,7 +487,7 @@ def benchmark_plot(
     """
     if isinstance(rows, dict) or not isinstance(rows, Sequence) or len(rows) == 0:
         raise ValueError(f"rows must be a non-empty list of dicts, got {type(rows).__name__} {rows!r:.60}")
-    series: Dict[object, List[Tuple[float, float]]] = {}
+    series: dict[object, list[tuple[float, float]]] = {}
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise TypeError(f"rows[{index}] must be a dict, got {type(row).__name__}")

@@ -7,13 +7,13 @@ Polarity, as everywhere in the package: a boolean mask, ``True`` = may attend.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..masking import causal_mask, masked_softmax_neg_inf
-from .core import Case, CheckResult, Misconception, check_function, random_tensor
+from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 
 __all__ = ["check_causal_mask", "check_masked_attention", "check_masked_softmax", "random_mask"]
 

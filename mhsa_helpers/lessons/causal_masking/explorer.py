@@ -3,31 +3,25 @@ and training-mode dropout on the weights, on seed 002's own projections."""
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import ipywidgets as widgets
 import torch
 import torch.nn.functional as F
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from ..checks import check_choice, check_int
-from ..attention import attention_scores
-from ..examples import your_journey_starts_with_one_step
-from ..masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renormalize
-from ..plots.attention import MASK_COLORS, _Heatmap
-from .base import (
-    DROPOUT_SEED,
-    SEED_002_SEED,
-    _SLIDER,
-    Explorer,
-    _check_bool,
-    _check_float,
-    _numpy,
-    _seeded,
-)
+from ...attention import attention_scores
+from ...checks import check_choice, check_int
+from ...examples import your_journey_starts_with_one_step
+from ...masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renormalize
+from ...teaching.explorer import SLIDER, Explorer, check_bool, check_number, seeded, to_numpy
+from ...teaching.figures import MASK_COLORS, Heatmap
 
-__all__ = ["masking_explorer", "METHODS", "seed_002_projections"]
+__all__ = ["DROPOUT_SEED", "METHODS", "SEED_002_SEED", "masking_explorer", "seed_002_projections"]
+
+#: ``torch.manual_seed`` right before the masking explorer's training-mode dropout.
+DROPOUT_SEED = 0
+#: Seed 002's ``torch.manual_seed`` before its three ``nn.Linear(3, 3, bias=False)`` (query, key, value).
+SEED_002_SEED = 789
 
 
 #: The two ways to apply the mask: blocked scores to -inf before the softmax (seed 002's
@@ -35,11 +29,11 @@ __all__ = ["masking_explorer", "METHODS", "seed_002_projections"]
 METHODS = {"neg_inf": masked_softmax_neg_inf, "renormalize": masked_softmax_renormalize}
 
 
-def seed_002_projections() -> Tuple[Tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
+def seed_002_projections() -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
     """Seed 002's 6 tokens projected by its ``W_query, W_key, W_value`` (``torch.manual_seed(789)``,
     three ``nn.Linear(3, 3, bias=False)`` in that order): ``(tokens, q, k, v)``, each ``(6, 3)``."""
     tokens, inputs = your_journey_starts_with_one_step()
-    with _seeded(SEED_002_SEED):
+    with seeded(SEED_002_SEED):
         w_query, w_key, w_value = (torch.nn.Linear(3, 3, bias=False) for _ in range(3))
     with torch.no_grad():
         return tokens, w_query(inputs), w_key(inputs), w_value(inputs)
@@ -51,20 +45,22 @@ class _MaskingExplorer(Explorer):
     def __init__(self, seq_len: int, causal: bool, method: str, dropout: float) -> None:
         self.tokens, self.q, self.k, self.v = seed_002_projections()
         controls = {
-            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **_SLIDER),
+            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
             "causal": widgets.Checkbox(value=causal, description="causal mask", indent=False),
-            "method": widgets.Dropdown(options=list(METHODS), value=method, description="method",
-                                       style={"description_width": "initial"}),
-            "dropout": widgets.FloatSlider(value=dropout, min=0.0, max=0.9, step=0.1, description="dropout",
-                                           readout_format=".1f", **_SLIDER),
+            "method": widgets.Dropdown(
+                options=list(METHODS), value=method, description="method", style={"description_width": "initial"}
+            ),
+            "dropout": widgets.FloatSlider(
+                value=dropout, min=0.0, max=0.9, step=0.1, description="dropout", readout_format=".1f", **SLIDER
+            ),
         }
         super().__init__(controls, title="Masking: which keys may each query see?")
 
     def _check(self, values):
         check_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
-        _check_bool("causal", values["causal"])
+        check_bool("causal", values["causal"])
         check_choice("method", values["method"], tuple(METHODS))
-        _check_float("dropout", values["dropout"], 0.0, 0.9)
+        check_number("dropout", values["dropout"], 0.0, 0.9)
 
     def _compute(self, values):
         n, p = values["seq_len"], round(float(values["dropout"]), 10)
@@ -74,14 +70,19 @@ class _MaskingExplorer(Explorer):
         weights = METHODS[values["method"]](scores, mask)
         dropped = weights
         if p > 0:
-            with _seeded(DROPOUT_SEED):  # training-mode dropout, the same every redraw
+            with seeded(DROPOUT_SEED):  # training-mode dropout, the same every redraw
                 dropped = F.dropout(weights, p=p, training=True)
         return {
-            "tokens": list(self.tokens[:n]), "seq_len": n, "causal": bool(values["causal"]),
-            "method": values["method"], "dropout": p,
-            "scores": _numpy(scores), "mask": mask.numpy().copy(),
-            "weights_before_dropout": _numpy(weights), "weights": _numpy(dropped),
-            "output": _numpy(dropped @ v),
+            "tokens": list(self.tokens[:n]),
+            "seq_len": n,
+            "causal": bool(values["causal"]),
+            "method": values["method"],
+            "dropout": p,
+            "scores": to_numpy(scores),
+            "mask": mask.numpy().copy(),
+            "weights_before_dropout": to_numpy(weights),
+            "weights": to_numpy(dropped),
+            "output": to_numpy(dropped @ v),
         }
 
     def _layout(self, data):
@@ -91,12 +92,38 @@ class _MaskingExplorer(Explorer):
         tokens = data["tokens"]
         left = fig.add_axes((0.12, 0.2, 0.33, 0.62))
         right = fig.add_axes((0.62, 0.2, 0.33, 0.62))
-        mask = _Heatmap(left, data["mask"].astype(float), row_labels=tokens, col_labels=tokens,
-                        cmap=ListedColormap(list(MASK_COLORS)), vmin=0.0, vmax=1.0, annotate=False, fontsize=7)
-        left.legend(handles=[Patch(color=MASK_COLORS[1], label="may attend"), Patch(color=MASK_COLORS[0], label="blocked")],
-                    loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=7, frameon=False, handlelength=1.0)
-        weights = _Heatmap(right, data["weights"], row_labels=tokens, col_labels=tokens, cmap="Blues",
-                           vmin=0.0, vmax=1.0, annotate=True, fmt="{:.2f}", fontsize=7)
+        mask = Heatmap(
+            left,
+            data["mask"].astype(float),
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap=ListedColormap(list(MASK_COLORS)),
+            vmin=0.0,
+            vmax=1.0,
+            annotate=False,
+            fontsize=7,
+        )
+        left.legend(
+            handles=[Patch(color=MASK_COLORS[1], label="may attend"), Patch(color=MASK_COLORS[0], label="blocked")],
+            loc="lower center",
+            bbox_to_anchor=(0.5, 1.0),
+            ncol=2,
+            fontsize=7,
+            frameon=False,
+            handlelength=1.0,
+        )
+        weights = Heatmap(
+            right,
+            data["weights"],
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap="Blues",
+            vmin=0.0,
+            vmax=1.0,
+            annotate=True,
+            fmt="{:.2f}",
+            fontsize=7,
+        )
         return mask, weights
 
     def _update(self, artists, data):
@@ -104,8 +131,7 @@ class _MaskingExplorer(Explorer):
         mask.set_values(data["mask"].astype(float))
         # Dropout scales the kept weights by 1/(1-p): widen the colour range to show them.
         top = max(1.0, float(data["weights"].max()))
-        weights._fixed = (0.0, top)
-        weights.image.set_clim(0.0, top)
+        weights.set_range(0.0, top)
         weights.set_values(data["weights"])
         title = f"weights ({data['method']})" + (f", dropout {data['dropout']:.1f}" if data["dropout"] else "")
         weights.ax.set_title(title, fontsize=9)
@@ -116,11 +142,15 @@ class _MaskingExplorer(Explorer):
 
     def _caption_text(self, data):
         sums = data["weights"].sum(axis=-1)
-        return (f"seq {data['seq_len']} · {'causal' if data['causal'] else 'no'} mask · {data['method']} · "
-                f"dropout {data['dropout']:.1f} · row sums {', '.join(f'{s:.2f}' for s in sums)}")
+        return (
+            f"seq {data['seq_len']} · {'causal' if data['causal'] else 'no'} mask · {data['method']} · "
+            f"dropout {data['dropout']:.1f} · row sums {', '.join(f'{s:.2f}' for s in sums)}"
+        )
 
 
-def masking_explorer(*, seq_len: int = 6, causal: bool = True, method: str = "neg_inf", dropout: float = 0.0) -> Explorer:
+def masking_explorer(
+    *, seq_len: int = 6, causal: bool = True, method: str = "neg_inf", dropout: float = 0.0
+) -> Explorer:
     """Seed 002's "Your journey starts with one step" (its ``manual_seed(789)`` projections):
     the causal mask, the two ways to apply it (``"neg_inf"``: blocked scores to -inf before
     the softmax; ``"renormalize"``: softmax, zero, divide by the row sum — the same weights),
@@ -130,7 +160,7 @@ def masking_explorer(*, seq_len: int = 6, causal: bool = True, method: str = "ne
     ``weights`` (after dropout), ``output``; matrices are ``(seq_len, seq_len)``.
     """
     check_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
-    causal = _check_bool("causal", causal)
+    causal = check_bool("causal", causal)
     check_choice("method", method, tuple(METHODS))
-    _check_float("dropout", dropout, 0.0, 0.9)
+    check_number("dropout", dropout, 0.0, 0.9)
     return _MaskingExplorer(int(seq_len), causal, method, float(dropout))

@@ -8,19 +8,22 @@ cache, and several add more than one new token at once.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..heads import merge_heads, split_heads
-from ..masking import causal_mask
-from ..mha import multi_head_self_attention
-from ..rope import RotaryEmbedding
-from .core import Case, CheckResult, Misconception, check_function
-from .heads import merge_reshape_without_transpose, split_view_without_transpose
+from ... import (
+    RotaryEmbedding,
+    causal_mask,
+    merge_heads,
+    multi_head_self_attention,
+    scaled_dot_product_attention,
+    split_heads,
+)
+from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ..multi_head.exercises import merge_reshape_without_transpose, split_view_without_transpose
 
-__all__ = ["check_decoding_mask", "check_attend_with_cache", "check_causal_mhsa_rope"]
+__all__ = ["check_attend_with_cache", "check_causal_mhsa_rope", "check_decoding_mask"]
 
 
 # ------------------------------------------------ the mask for new tokens
@@ -124,8 +127,19 @@ def check_decoding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool =
 # ----------------------------------------------- one decoding step with a cache
 
 
-def _step(q_new, k_new, v_new, cached_k, cached_v, rope, *, positions="continue", mask="bottom_right",
-          rotate_cache=False, use_cache=True):
+def _step(
+    q_new,
+    k_new,
+    v_new,
+    cached_k,
+    cached_v,
+    rope,
+    *,
+    positions="continue",
+    mask="bottom_right",
+    rotate_cache=False,
+    use_cache=True,
+):
     past, new = cached_k.shape[-2], q_new.shape[-2]
     start = past if positions == "continue" else 0
     pos = torch.arange(start, start + new)
@@ -198,7 +212,7 @@ STEP_MISCONCEPTIONS = (
 )
 
 
-def _step_cases() -> "list[Case]":
+def _step_cases() -> list[Case]:
     g = torch.Generator().manual_seed(6)
 
     def case(batch, heads, past, new, d_head, base):
@@ -231,9 +245,23 @@ def check_attend_with_cache(learner: Callable[..., torch.Tensor], *, verbose: bo
 # ------------------------------------------------- the full causal block with RoPE
 
 
-def _block(x, q_weight, k_weight, v_weight, o_weight, num_heads, base, *, rope_on=("q", "k"),
-           convention="interleaved", causal=True, split=split_heads, merge=merge_heads, project_out=True,
-           rope_before_split=False):
+def _block(
+    x,
+    q_weight,
+    k_weight,
+    v_weight,
+    o_weight,
+    num_heads,
+    base,
+    *,
+    rope_on=("q", "k"),
+    convention="interleaved",
+    causal=True,
+    split=split_heads,
+    merge=merge_heads,
+    project_out=True,
+    rope_before_split=False,
+):
     q, k, v = x @ q_weight.T, x @ k_weight.T, x @ v_weight.T
     seq = x.shape[-2]
     if rope_before_split:
@@ -306,7 +334,7 @@ BLOCK_MISCONCEPTIONS = (
 )
 
 
-def _block_cases() -> "list[Case]":
+def _block_cases() -> list[Case]:
     g = torch.Generator().manual_seed(66)
 
     def case(batch, seq, d_model, heads, base):

@@ -1,31 +1,32 @@
 """Notebook 06's explorer: the whole multi-head self-attention block, with heads, causal
-masking and RoPE switched from the controls."""
+masking and RoPE switched from the controls. Same sentence and seeded module as notebook 04's
+:func:`~mhsa_helpers.lessons.multi_head.heads_explorer`."""
 
 from __future__ import annotations
-
-from typing import List
 
 import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..checks import check_int
-from ..plots.attention import _Heatmap, _HeadGrid
-from .base import (
-    HEADS_SENTENCE,
-    _SLIDER,
+from ...checks import check_int
+from ...teaching.explorer import (
+    SLIDER,
     Explorer,
-    _check_bool,
-    _check_d_model,
-    _check_float,
-    _check_heads,
-    _divisors,
-    _heads_columns,
-    _heads_inputs,
-    _log_slider,
-    _numpy,
-    _seeded_module,
-    _set_options,
+    check_bool,
+    check_number,
+    divisors,
+    log_slider,
+    set_options,
+    to_numpy,
+)
+from ...teaching.figures import HeadGrid, Heatmap
+from ..multi_head.explorer import (
+    HEADS_SENTENCE,
+    check_d_model,
+    check_num_heads,
+    heads_columns,
+    heads_inputs,
+    seeded_module,
 )
 
 __all__ = ["mhsa_explorer"]
@@ -37,21 +38,22 @@ class _MHSAExplorer(Explorer):
 
     def __init__(self, d_model: int, num_heads: int, seq_len: int, rope: bool, base: float, causal: bool) -> None:
         self.d_model = d_model
-        self.tokens, self.inputs = _heads_inputs(d_model)
+        self.tokens, self.inputs = heads_inputs(d_model)
         rope_possible = bool(self._head_options(True))
         controls = {
-            "num_heads": widgets.SelectionSlider(options=self._head_options(rope), value=num_heads,
-                                                 description="heads", **_SLIDER),
-            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **_SLIDER),
+            "num_heads": widgets.SelectionSlider(
+                options=self._head_options(rope), value=num_heads, description="heads", **SLIDER
+            ),
+            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
             "causal": widgets.Checkbox(value=causal, description="causal", indent=False),
             "rope": widgets.Checkbox(value=rope, description="RoPE", indent=False, disabled=not rope_possible),
-            "base": _log_slider("RoPE base", base, 1.0, 6.0, 0.1, ",.0f"),
+            "base": log_slider("RoPE base", base, 1.0, 6.0, 0.1, ",.0f"),
         }
         controls["base"].disabled = not rope
         super().__init__(controls, title=f"Multi-head self-attention, d_model = {d_model}")
 
-    def _head_options(self, rope: bool) -> List[int]:
-        return [h for h in _divisors(self.d_model) if not rope or (self.d_model // h) % 2 == 0]
+    def _head_options(self, rope: bool) -> list[int]:
+        return [h for h in divisors(self.d_model) if not rope or (self.d_model // h) % 2 == 0]
 
     def _sync(self, changed):
         if changed == "rope":
@@ -60,37 +62,61 @@ class _MHSAExplorer(Explorer):
             current = self.controls["num_heads"].value
             # Keep the head count if RoPE allows it, else the nearest count that gives an even d_head.
             value = current if current in options else min(options, key=lambda h: (abs(h - current), h))
-            _set_options(self.controls["num_heads"], options, value)
+            set_options(self.controls["num_heads"], options, value)
             self.controls["base"].disabled = not rope
 
     def _check(self, values):
-        _check_bool("causal", values["causal"])
-        _check_heads("num_heads", values["num_heads"], self.d_model, rope=_check_bool("rope", values["rope"]))
+        check_bool("causal", values["causal"])
+        check_num_heads("num_heads", values["num_heads"], self.d_model, rope=check_bool("rope", values["rope"]))
         check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
-        _check_float("base", values["base"], 10.0, 1e6)
+        check_number("base", values["base"], 10.0, 1e6)
 
     def _compute(self, values):
         heads, n, rope, causal = values["num_heads"], values["seq_len"], bool(values["rope"]), bool(values["causal"])
         base = float(values["base"])
-        module = _seeded_module(self.d_model, heads, causal=causal, rope=rope, rope_base=base,
-                                max_seq_len=len(self.tokens))
+        module = seeded_module(
+            self.d_model, heads, causal=causal, rope=rope, rope_base=base, max_seq_len=len(self.tokens)
+        )
         with torch.no_grad():
             output, weights = module(self.inputs[:n], need_weights=True)
         return {
-            "tokens": list(self.tokens[:n]), "num_heads": heads, "seq_len": n, "d_head": self.d_model // heads,
-            "rope": rope, "base": base, "causal": causal,
-            "weights": _numpy(weights), "output": _numpy(output),
+            "tokens": list(self.tokens[:n]),
+            "num_heads": heads,
+            "seq_len": n,
+            "d_head": self.d_model // heads,
+            "rope": rope,
+            "base": base,
+            "causal": causal,
+            "weights": to_numpy(weights),
+            "output": to_numpy(output),
         }
 
     def _layout(self, data):
         return data["num_heads"], data["seq_len"]
 
     def _build(self, fig, data):
-        grid = _HeadGrid(fig, data["weights"], tokens=data["tokens"], ncols=_heads_columns(data["num_heads"]),
-                         title="attention weights per head", rect=(0.0, 0.0, 0.7, 1.0), annotate="none")
+        grid = HeadGrid(
+            fig,
+            data["weights"],
+            tokens=data["tokens"],
+            ncols=heads_columns(data["num_heads"]),
+            title="attention weights per head",
+            rect=(0.0, 0.0, 0.7, 1.0),
+            annotate="none",
+        )
         ax = fig.add_axes((0.8, 0.22, 0.17, 0.62))
-        output = _Heatmap(ax, data["output"], row_labels=data["tokens"], col_labels=None, cmap="coolwarm",
-                          vmin=None, vmax=None, annotate=False, fontsize=6, show_cols=False)
+        output = Heatmap(
+            ax,
+            data["output"],
+            row_labels=data["tokens"],
+            col_labels=None,
+            cmap="coolwarm",
+            vmin=None,
+            vmax=None,
+            annotate=False,
+            fontsize=6,
+            show_cols=False,
+        )
         ax.set_aspect("auto")
         ax.set_title("output (seq, d_model)", fontsize=8)
         return grid, output
@@ -99,8 +125,7 @@ class _MHSAExplorer(Explorer):
         grid, output = artists
         grid.set_values(data["weights"])
         bound = float(np.abs(data["output"]).max()) or 1.0
-        output._fixed = (-bound, bound)
-        output.image.set_clim(-bound, bound)
+        output.set_range(-bound, bound)
         output.set_values(data["output"])
         rope = f"RoPE base {data['base']:,.0f}" if data["rope"] else "no RoPE"
         grid.title.set_text(f"attention weights per head ({rope}, {'causal' if data['causal'] else 'not causal'})")
@@ -111,12 +136,19 @@ class _MHSAExplorer(Explorer):
 
     def _caption_text(self, data):
         rope = f"RoPE base {data['base']:,.0f}" if data["rope"] else "no RoPE"
-        return (f"{data['num_heads']} heads, seq {data['seq_len']} · d_head {data['d_head']} · {rope} · "
-                f"{'causal' if data['causal'] else 'not causal'} · {data['panels'] - 1} heatmaps + output")
+        return (
+            f"{data['num_heads']} heads, seq {data['seq_len']} · d_head {data['d_head']} · {rope} · "
+            f"{'causal' if data['causal'] else 'not causal'} · {data['panels'] - 1} heatmaps + output"
+        )
 
 
 def mhsa_explorer(
-    d_model: int = 16, *, num_heads: int = 4, seq_len: int = 6, rope: bool = False, base: float = 10000.0,
+    d_model: int = 16,
+    *,
+    num_heads: int = 4,
+    seq_len: int = 6,
+    rope: bool = False,
+    base: float = 10000.0,
     causal: bool = False,
 ) -> Explorer:
     """The whole block: :class:`MultiHeadSelfAttention` ``(d_model, num_heads, causal=, rope=, rope_base=)``
@@ -126,10 +158,10 @@ def mhsa_explorer(
     With RoPE on, ``num_heads`` offers only counts that leave an even ``d_head``.
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``output`` (seq_len, d_model).
     """
-    d_model = _check_d_model(d_model)
-    rope = _check_bool("rope", rope)
-    causal = _check_bool("causal", causal)
-    num_heads = _check_heads("num_heads", num_heads, d_model, rope=rope)
+    d_model = check_d_model(d_model)
+    rope = check_bool("rope", rope)
+    causal = check_bool("causal", causal)
+    num_heads = check_num_heads("num_heads", num_heads, d_model, rope=rope)
     check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
-    _check_float("base", base, 10.0, 1e6)
+    check_number("base", base, 10.0, 1e6)
     return _MHSAExplorer(d_model, num_heads, int(seq_len), rope, float(base), causal)

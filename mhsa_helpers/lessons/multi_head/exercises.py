@@ -9,22 +9,27 @@ go unnoticed.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..heads import fused_qkv_per_head_to_stacked, fused_qkv_stacked_to_per_head, merge_heads, split_heads
-from ..mha import multi_head_self_attention
-from .core import Case, CheckResult, Misconception, check_function
+from ... import (
+    fused_qkv_per_head_to_stacked,
+    fused_qkv_stacked_to_per_head,
+    merge_heads,
+    multi_head_self_attention,
+    scaled_dot_product_attention,
+    split_heads,
+)
+from ...teaching.checking import Case, CheckResult, Misconception, check_function
 
 __all__ = [
-    "check_split_heads",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_split_heads",
     "check_stacked_to_per_head",
-    "split_view_without_transpose",
     "merge_reshape_without_transpose",
+    "split_view_without_transpose",
 ]
 
 
@@ -72,7 +77,7 @@ SPLIT_HEADS_MISCONCEPTIONS = (
 )
 
 
-def _split_cases() -> "list[Case]":
+def _split_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4)
     return [
         Case((torch.randn(2, 3, 8, generator=g), 2), description="x (batch=2, seq=3, d_model=8), 2 heads"),
@@ -132,7 +137,7 @@ MERGE_HEADS_MISCONCEPTIONS = (
 )
 
 
-def _merge_cases() -> "list[Case]":
+def _merge_cases() -> list[Case]:
     g = torch.Generator().manual_seed(40)
     return [
         Case((torch.randn(2, 2, 3, 4, generator=g),), description="heads (batch=2, heads=2, seq=3, d_head=4)"),
@@ -226,8 +231,7 @@ MHA_MISCONCEPTIONS = (
     Misconception(
         "scaled by sqrt(d_model) instead of sqrt(d_head)",
         _mha_scale_d_model,
-        "Each head is its own attention over d_head features: divide its scores by sqrt(d_head), "
-        "not sqrt(d_model).",
+        "Each head is its own attention over d_head features: divide its scores by sqrt(d_head), not sqrt(d_model).",
     ),
     Misconception(
         "one head: num_heads ignored",
@@ -244,7 +248,7 @@ MHA_MISCONCEPTIONS = (
 )
 
 
-def _mha_cases() -> "list[Case]":
+def _mha_cases() -> list[Case]:
     g = torch.Generator().manual_seed(404)
 
     def case(batch, seq, d_model, heads):
@@ -306,7 +310,7 @@ FUSED_MISCONCEPTIONS = (
 )
 
 
-def _fused_cases() -> "list[Case]":
+def _fused_cases() -> list[Case]:
     g = torch.Generator().manual_seed(4004)
     return [
         Case((torch.randn(3 * 8, 5, generator=g), 2), description="qkv weight (24, 5), 2 heads of 4"),

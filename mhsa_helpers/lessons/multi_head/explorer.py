@@ -1,28 +1,97 @@
 """Notebook 04's explorer: the attention weights of every head as ``d_model`` is split into
-more or fewer heads, one head framed."""
+more or fewer heads, one head framed.
+
+Its inputs and seeded module (:func:`heads_inputs`, :func:`seeded_module`) are shared with
+notebook 06's explorer (:mod:`mhsa_helpers.lessons.causal_mhsa.explorer`), so that both draw the
+same sentence through the same projections. The constants below let a notebook rebuild them.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Any
+
 import ipywidgets as widgets
+import numpy as np
 import torch
 
-from ..checks import check_int
-from ..plots.attention import _HeadGrid
-from .base import (
-    HEADS_SENTENCE,
-    _SLIDER,
-    Explorer,
-    _check_d_model,
-    _check_heads,
-    _divisors,
-    _heads_columns,
-    _heads_inputs,
-    _numpy,
-    _seeded_module,
-    _set_options,
-)
+from ...checks import check_int
+from ...examples import TELESCOPE_SENTENCE, sentence_embeddings
+from ...mha import MultiHeadSelfAttention
+from ...teaching.explorer import SLIDER, Explorer, divisors, seeded, set_options, to_numpy
+from ...teaching.figures import HeadGrid
 
-__all__ = ["heads_explorer"]
+__all__ = [
+    "HEADS_SENTENCE",
+    "INPUT_SCALE",
+    "MODEL_SEED",
+    "check_d_model",
+    "check_num_heads",
+    "heads_columns",
+    "heads_explorer",
+    "heads_inputs",
+    "seeded_module",
+]
+
+#: ``torch.manual_seed`` right before building the explorers' :class:`MultiHeadSelfAttention`.
+MODEL_SEED = 0
+#: Words fed to the heads and MHSA explorers.
+HEADS_SENTENCE = TELESCOPE_SENTENCE
+#: Their inputs are ``INPUT_SCALE * sentence_embeddings(HEADS_SENTENCE, d_model, seed=MODEL_SEED)``:
+#: a freshly initialised module's small weights give almost uniform attention on unit-size
+#: inputs, and larger inputs make the heads' differences visible.
+INPUT_SCALE = 3.0
+
+
+def heads_inputs(d_model: int) -> tuple[tuple[str, ...], torch.Tensor]:
+    """``(tokens, inputs (8, d_model))`` of the heads and MHSA explorers."""
+    tokens, embeddings = sentence_embeddings(HEADS_SENTENCE, d_model, seed=MODEL_SEED)
+    return tokens, INPUT_SCALE * embeddings
+
+
+def heads_columns(heads: int) -> int:
+    """Columns of the head grid: at most 6 heads per row, rows as even as possible."""
+    rows = math.ceil(heads / 6)
+    return math.ceil(heads / rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_module(d_model: int, num_heads: int, options: tuple[tuple[str, Any], ...]) -> MultiHeadSelfAttention:
+    with seeded(MODEL_SEED):
+        module = MultiHeadSelfAttention(d_model, num_heads, **dict(options))
+    return module.eval().requires_grad_(False)
+
+
+def seeded_module(d_model: int, num_heads: int, **options: Any) -> MultiHeadSelfAttention:
+    """``MultiHeadSelfAttention(d_model, num_heads, **options)`` right after ``torch.manual_seed(MODEL_SEED)``,
+    in eval mode. Its parameters do not depend on ``num_heads``, causal or RoPE, so every
+    configuration splits the same projections differently."""
+    return _cached_module(d_model, num_heads, tuple(sorted(options.items())))
+
+
+def check_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:
+    """``num_heads`` as an int that divides ``d_model`` (and, with ``rope``, leaves an even ``d_head``)."""
+    options = divisors(d_model)
+    choices = ", ".join(map(str, options))
+    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)):
+        raise TypeError(
+            f"{name} must be an int that divides d_model={d_model} (choose from {choices}), "
+            f"got {type(num_heads).__name__} {num_heads!r}"
+        )
+    if num_heads not in options:
+        raise ValueError(f"{name} must divide d_model={d_model} (choose from {choices}), got {name}={num_heads!r}")
+    if rope and (d_model // num_heads) % 2:
+        raise ValueError(
+            f"RoPE rotates pairs of features, so d_head = d_model / num_heads must be even: "
+            f"{name}={num_heads} gives d_head={d_model // num_heads}"
+        )
+    return int(num_heads)
+
+
+def check_d_model(d_model: object) -> int:
+    """``d_model`` of the heads and MHSA explorers: an int in [1, 64]."""
+    return check_int("d_model", d_model, 1, 64)
 
 
 class _HeadsExplorer(Explorer):
@@ -30,13 +99,18 @@ class _HeadsExplorer(Explorer):
 
     def __init__(self, d_model: int, num_heads: int, seq_len: int, head: int) -> None:
         self.d_model = d_model
-        self.tokens, self.inputs = _heads_inputs(d_model)
+        self.tokens, self.inputs = heads_inputs(d_model)
         controls = {
-            "num_heads": widgets.SelectionSlider(options=_divisors(d_model), value=num_heads, description="heads",
-                                                 **_SLIDER),
-            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **_SLIDER),
-            "head": widgets.Dropdown(options=[(f"head {i}", i) for i in range(1, num_heads + 1)], value=head,
-                                     description="framed", style={"description_width": "initial"}),
+            "num_heads": widgets.SelectionSlider(
+                options=divisors(d_model), value=num_heads, description="heads", **SLIDER
+            ),
+            "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
+            "head": widgets.Dropdown(
+                options=[(f"head {i}", i) for i in range(1, num_heads + 1)],
+                value=head,
+                description="framed",
+                style={"description_width": "initial"},
+            ),
         }
         super().__init__(controls, title=f"Splitting d_model = {d_model} into heads")
 
@@ -44,30 +118,41 @@ class _HeadsExplorer(Explorer):
         if changed == "num_heads":
             heads = self.controls["num_heads"].value
             head = min(self.controls["head"].value, heads)
-            _set_options(self.controls["head"], [(f"head {i}", i) for i in range(1, heads + 1)], head)
+            set_options(self.controls["head"], [(f"head {i}", i) for i in range(1, heads + 1)], head)
 
     def _check(self, values):
-        _check_heads("num_heads", values["num_heads"], self.d_model)
+        check_num_heads("num_heads", values["num_heads"], self.d_model)
         check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
         check_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
 
     def _compute(self, values):
         heads, n = values["num_heads"], values["seq_len"]
-        module = _seeded_module(self.d_model, heads)
+        module = seeded_module(self.d_model, heads)
         with torch.no_grad():
             output, weights = module(self.inputs[:n], need_weights=True)
         return {
-            "tokens": list(self.tokens[:n]), "num_heads": heads, "seq_len": n, "d_head": self.d_model // heads,
-            "head": values["head"], "weights": _numpy(weights), "output": _numpy(output),
-            "head_weights": _numpy(weights[values["head"] - 1]),
+            "tokens": list(self.tokens[:n]),
+            "num_heads": heads,
+            "seq_len": n,
+            "d_head": self.d_model // heads,
+            "head": values["head"],
+            "weights": to_numpy(weights),
+            "output": to_numpy(output),
+            "head_weights": to_numpy(weights[values["head"] - 1]),
         }
 
     def _layout(self, data):
         return data["num_heads"], data["seq_len"]
 
     def _build(self, fig, data):
-        return _HeadGrid(fig, data["weights"], tokens=data["tokens"], ncols=_heads_columns(data["num_heads"]),
-                         title="attention weights of each head (rows: queries, columns: keys)", annotate="highlight")
+        return HeadGrid(
+            fig,
+            data["weights"],
+            tokens=data["tokens"],
+            ncols=heads_columns(data["num_heads"]),
+            title="attention weights of each head (rows: queries, columns: keys)",
+            annotate="highlight",
+        )
 
     def _update(self, grid, data):
         grid.set_values(data["weights"], highlight=data["head"] - 1)
@@ -76,8 +161,10 @@ class _HeadsExplorer(Explorer):
         return grid.dynamic()
 
     def _caption_text(self, data):
-        return (f"{data['num_heads']} heads, seq {data['seq_len']} · d_head {data['d_head']} · "
-                f"{data['panels']} heatmaps · head {data['head']} framed")
+        return (
+            f"{data['num_heads']} heads, seq {data['seq_len']} · d_head {data['d_head']} · "
+            f"{data['panels']} heatmaps · head {data['head']} framed"
+        )
 
 
 def heads_explorer(d_model: int = 12, *, num_heads: int = 2, seq_len: int = 6, head: int = 1) -> Explorer:
@@ -90,8 +177,8 @@ def heads_explorer(d_model: int = 12, *, num_heads: int = 2, seq_len: int = 6, h
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``head_weights`` (seq_len, seq_len),
     ``output`` (seq_len, d_model).
     """
-    d_model = _check_d_model(d_model)
-    num_heads = _check_heads("num_heads", num_heads, d_model)
+    d_model = check_d_model(d_model)
+    num_heads = check_num_heads("num_heads", num_heads, d_model)
     check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
     check_int("head", head, 1, num_heads, " (one of the heads)")
     return _HeadsExplorer(d_model, num_heads, int(seq_len), int(head))

@@ -2,29 +2,30 @@
 of K that the score and attention checkers (notebook 02) both know.
 
 Each ``check_*`` function runs the learner's function on generated cases and prints
-(and returns, as a :class:`~mhsa_helpers.exercises.core.CheckResult`) one of: correct,
+(and returns, as a :class:`~mhsa_helpers.teaching.checking.CheckResult`) one of: correct,
 not attempted yet, the name of the misconception the answer matches, or a plain
 "differs from the reference" / "raised ..." message.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..attention import attention_scores
-from .core import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
+from ... import attention_scores
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
 
 __all__ = [
+    "WRONG_AXES_HINT",
+    "WRONG_AXES_NAME",
+    "check_linear_projection",
     "check_paper_projection",
     "check_scores",
-    "check_linear_projection",
     "transposed_key_variants",
     "wrong_axes_misconceptions",
-    "WRONG_AXES_NAME",
-    "WRONG_AXES_HINT",
 ]
 
 
@@ -46,7 +47,7 @@ WRONG_AXES_HINT = (
 )
 
 
-def wrong_axes_misconceptions(use: Callable[..., torch.Tensor]) -> List[Misconception]:
+def wrong_axes_misconceptions(use: Callable[..., torch.Tensor]) -> list[Misconception]:
     """One misconception per wrong transposition of K (see :func:`transposed_key_variants`).
 
     ``use(q, k_t, *rest)`` computes the exercise's answer from ``q`` and an already

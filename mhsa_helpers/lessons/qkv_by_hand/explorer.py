@@ -7,11 +7,11 @@ import math
 
 import ipywidgets as widgets
 
-from ..checks import check_int
-from ..attention import attention_scores, scaled_dot_product_attention
-from ..examples import money_bank_grows
-from ..plots.attention import _Heatmap
-from .base import Explorer, _check_float, _log_slider, _numpy
+from ...attention import attention_scores, scaled_dot_product_attention
+from ...checks import check_int
+from ...examples import money_bank_grows
+from ...teaching.explorer import Explorer, check_number, log_slider, to_numpy
+from ...teaching.figures import Heatmap
 
 __all__ = ["qkv_explorer"]
 
@@ -22,15 +22,19 @@ class _QKVExplorer(Explorer):
     def __init__(self, head: int, score_scale: float) -> None:
         self.example = money_bank_grows()
         controls = {
-            "head": widgets.ToggleButtons(options=[("head 1", 1), ("head 2", 2)], value=head, description="head",
-                                          style={"description_width": "initial", "button_width": "70px"}),
-            "score_scale": _log_slider("score ×", score_scale, -1.0, 3.0, 0.05, ",.2f"),
+            "head": widgets.ToggleButtons(
+                options=[("head 1", 1), ("head 2", 2)],
+                value=head,
+                description="head",
+                style={"description_width": "initial", "button_width": "70px"},
+            ),
+            "score_scale": log_slider("score ×", score_scale, -1.0, 3.0, 0.05, ",.2f"),
         }
         super().__init__(controls, title="Money Bank Grows: Q·Kᵀ/√d_k, then softmax")
 
     def _check(self, values):
         check_int("head", values["head"], 1, 2, " (seed 001 has two heads)")
-        _check_float("score_scale", values["score_scale"], 0.1, 1000.0)
+        check_number("score_scale", values["score_scale"], 0.1, 1000.0)
 
     def _compute(self, values):
         ex, h, scale = self.example, values["head"] - 1, float(values["score_scale"])
@@ -41,20 +45,45 @@ class _QKVExplorer(Explorer):
         scaled = scale / math.sqrt(d_k)
         output, weights = scaled_dot_product_attention(q, k, v, scale=scaled, return_weights=True)
         return {
-            "tokens": list(ex.tokens), "head": values["head"], "score_scale": scale,
-            "q": _numpy(q), "k": _numpy(k), "v": _numpy(v),
-            "scores": _numpy(attention_scores(q, k, scale=scaled)),
-            "weights": _numpy(weights), "output": _numpy(output),
+            "tokens": list(ex.tokens),
+            "head": values["head"],
+            "score_scale": scale,
+            "q": to_numpy(q),
+            "k": to_numpy(k),
+            "v": to_numpy(v),
+            "scores": to_numpy(attention_scores(q, k, scale=scaled)),
+            "weights": to_numpy(weights),
+            "output": to_numpy(output),
         }
 
     def _build(self, fig, data):
         tokens = data["tokens"]
         left = fig.add_axes((0.13, 0.12, 0.33, 0.7))
         right = fig.add_axes((0.63, 0.12, 0.33, 0.7))
-        scores = _Heatmap(left, data["scores"], row_labels=tokens, col_labels=tokens, cmap="Oranges",
-                          vmin=None, vmax=None, annotate=True, fmt="{:.3f}", rotate_cols=False)
-        weights = _Heatmap(right, data["weights"], row_labels=tokens, col_labels=tokens, cmap="Blues",
-                           vmin=0.0, vmax=1.0, annotate=True, fmt="{:.3f}", rotate_cols=False)
+        scores = Heatmap(
+            left,
+            data["scores"],
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap="Oranges",
+            vmin=None,
+            vmax=None,
+            annotate=True,
+            fmt="{:.3f}",
+            rotate_cols=False,
+        )
+        weights = Heatmap(
+            right,
+            data["weights"],
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap="Blues",
+            vmin=0.0,
+            vmax=1.0,
+            annotate=True,
+            fmt="{:.3f}",
+            rotate_cols=False,
+        )
         right.set_title("weights = softmax (rows sum to 1)", fontsize=9)
         return scores, weights
 
@@ -69,8 +98,10 @@ class _QKVExplorer(Explorer):
         return [*scores.dynamic(), *weights.dynamic(), scores.ax.title]
 
     def _caption_text(self, data):
-        return (f"head {data['head']} · score × {data['score_scale']:.3g} · largest weight "
-                f"{data['weights'].max():.3f} (uniform: 0.333)")
+        return (
+            f"head {data['head']} · score × {data['score_scale']:.3g} · largest weight "
+            f"{data['weights'].max():.3f} (uniform: 0.333)"
+        )
 
 
 def qkv_explorer(*, head: int = 1, score_scale: float = 1.0) -> Explorer:
@@ -82,5 +113,5 @@ def qkv_explorer(*, head: int = 1, score_scale: float = 1.0) -> Explorer:
     ``weights`` (3, 3), ``output`` (3, 3).
     """
     head = check_int("head", head, 1, 2, " (seed 001 has two heads)")
-    _check_float("score_scale", score_scale, 0.1, 1000.0)
+    check_number("score_scale", score_scale, 0.1, 1000.0)
     return _QKVExplorer(head, float(score_scale))

@@ -8,19 +8,18 @@ conversions between pairing conventions happen to be the same permutation.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..rope import RotaryEmbedding, apply_rotary, permute_rope_weight, rope_frequencies
-from .core import Case, CheckResult, Misconception, check_function
+from ... import RotaryEmbedding, apply_rotary, permute_rope_weight, rope_frequencies, scaled_dot_product_attention
+from ...teaching.checking import Case, CheckResult, Misconception, check_function
 
 __all__ = [
-    "check_rope_frequencies",
     "check_apply_rope",
-    "check_rope_attention",
     "check_interleaved_to_half_split",
+    "check_rope_attention",
+    "check_rope_frequencies",
 ]
 
 
@@ -155,15 +154,21 @@ APPLY_MISCONCEPTIONS = (
 )
 
 
-def _apply_cases() -> "list[Case]":
+def _apply_cases() -> list[Case]:
     g = torch.Generator().manual_seed(5)
     return [
-        Case((torch.randn(4, 8, generator=g), torch.tensor([5, 6, 7, 8]), 10000.0),
-             description="x (seq=4, d_head=8), positions 5..8, base 10000"),
-        Case((torch.randn(2, 3, 6, generator=g), torch.tensor([2, 7, 11]), 100.0),
-             description="x (2, seq=3, d_head=6), positions [2, 7, 11], base 100"),
-        Case((torch.randn(1, 2, 5, 8, generator=g), torch.arange(3, 8), 10000.0),
-             description="x (1, 2, seq=5, d_head=8), positions 3..7, base 10000"),
+        Case(
+            (torch.randn(4, 8, generator=g), torch.tensor([5, 6, 7, 8]), 10000.0),
+            description="x (seq=4, d_head=8), positions 5..8, base 10000",
+        ),
+        Case(
+            (torch.randn(2, 3, 6, generator=g), torch.tensor([2, 7, 11]), 100.0),
+            description="x (2, seq=3, d_head=6), positions [2, 7, 11], base 100",
+        ),
+        Case(
+            (torch.randn(1, 2, 5, 8, generator=g), torch.arange(3, 8), 10000.0),
+            description="x (1, 2, seq=5, d_head=8), positions 3..7, base 10000",
+        ),
     ]
 
 
@@ -219,7 +224,7 @@ ROPE_ATTENTION_MISCONCEPTIONS = (
 )
 
 
-def _attention_cases() -> "list[Case]":
+def _attention_cases() -> list[Case]:
     g = torch.Generator().manual_seed(55)
 
     def qkv(*shape):
@@ -227,10 +232,14 @@ def _attention_cases() -> "list[Case]":
 
     return [
         Case((*qkv(5, 8), torch.arange(5), 100.0), description="q, k, v (seq=5, d_head=8), positions 0..4"),
-        Case((*qkv(2, 4, 6), torch.tensor([3, 4, 9, 10]), 10000.0),
-             description="q, k, v (heads=2, seq=4, d_head=6), positions [3, 4, 9, 10]"),
-        Case((*qkv(1, 2, 3, 8), torch.arange(6, 9), 10000.0),
-             description="q, k, v (1, 2, seq=3, d_head=8), positions 6..8"),
+        Case(
+            (*qkv(2, 4, 6), torch.tensor([3, 4, 9, 10]), 10000.0),
+            description="q, k, v (heads=2, seq=4, d_head=6), positions [3, 4, 9, 10]",
+        ),
+        Case(
+            (*qkv(1, 2, 3, 8), torch.arange(6, 9), 10000.0),
+            description="q, k, v (1, 2, seq=3, d_head=8), positions 6..8",
+        ),
     ]
 
 
@@ -288,7 +297,7 @@ CONVERT_MISCONCEPTIONS = (
 )
 
 
-def _convert_cases() -> "list[Case]":
+def _convert_cases() -> list[Case]:
     g = torch.Generator().manual_seed(555)
     return [
         Case((torch.randn(2 * 8, 5, generator=g), 2), description="W_Q (2 heads x 8, d_in=5)"),
@@ -297,9 +306,7 @@ def _convert_cases() -> "list[Case]":
     ]
 
 
-def check_interleaved_to_half_split(
-    learner: Callable[..., torch.Tensor], *, verbose: bool = True
-) -> CheckResult:
+def check_interleaved_to_half_split(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(weight (num_heads * d_head, ...), num_heads)`` -> rows re-ordered so that a
     half-split RoPE model reproduces the interleaved one."""
     return check_function(

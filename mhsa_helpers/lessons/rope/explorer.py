@@ -7,16 +7,16 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ..checks import check_int
-from ..plots.rope import (
+from ...checks import check_int
+from ...rope import rope_frequencies
+from ...teaching.explorer import SLIDER, Explorer, check_number, log_slider
+from .figures import (
     rope_frequencies_plot,
     rope_rotation_arrows,
     rope_score_vs_distance,
     rope_scores,
     rotate_pair,
 )
-from ..rope import rope_frequencies
-from .base import _SLIDER, Explorer, _check_float, _log_slider
 
 __all__ = ["rope_explorer"]
 
@@ -30,17 +30,22 @@ class _RopeExplorer(Explorer):
         self.q = torch.ones(d_head, dtype=torch.float64)
         self.k = torch.ones(d_head, dtype=torch.float64)
         controls = {
-            "base": _log_slider("base", base, 1.0, 6.0, 0.1, ",.0f"),
-            "offset": widgets.IntSlider(value=offset, min=0, max=256, description="offset", **_SLIDER),
-            "pair_index": widgets.IntSlider(value=pair_index, min=0, max=d_head // 2 - 1, description="pair",
-                                            **_SLIDER),
+            "base": log_slider("base", base, 1.0, 6.0, 0.1, ",.0f"),
+            "offset": widgets.IntSlider(value=offset, min=0, max=256, description="offset", **SLIDER),
+            "pair_index": widgets.IntSlider(value=pair_index, min=0, max=d_head // 2 - 1, description="pair", **SLIDER),
         }
         super().__init__(controls, title=f"Rotary position embeddings (d_head = {d_head})")
 
     def _check(self, values):
-        _check_float("base", values["base"], 10.0, 1e6)
+        check_number("base", values["base"], 10.0, 1e6)
         check_int("offset", values["offset"], 0, 256)
-        check_int("pair_index", values["pair_index"], 0, self.d_head // 2 - 1, f" (d_head={self.d_head} has {self.d_head // 2} pairs)")
+        check_int(
+            "pair_index",
+            values["pair_index"],
+            0,
+            self.d_head // 2 - 1,
+            f" (d_head={self.d_head} has {self.d_head // 2} pairs)",
+        )
 
     def _compute(self, values):
         base, offset, pair = float(values["base"]), values["offset"], values["pair_index"]
@@ -49,10 +54,16 @@ class _RopeExplorer(Explorer):
         rotated = rotate_pair([1.0, 0.0], base=base, d_head=self.d_head, pair_index=pair, positions=positions)
         distances, scores = rope_scores(self.q, self.k, base=base, max_distance=self.max_distance, offset=offset)
         return {
-            "base": base, "offset": offset, "pair_index": pair, "d_head": self.d_head,
-            "frequencies": frequencies, "positions": np.array(positions),
+            "base": base,
+            "offset": offset,
+            "pair_index": pair,
+            "d_head": self.d_head,
+            "frequencies": frequencies,
+            "positions": np.array(positions),
             "angles": np.array(positions, dtype=np.float64) * frequencies[pair],
-            "rotated": rotated, "distances": distances, "scores": scores,
+            "rotated": rotated,
+            "distances": distances,
+            "scores": scores,
         }
 
     def _build(self, fig, data):
@@ -61,10 +72,17 @@ class _RopeExplorer(Explorer):
         arrow_ax = fig.add_axes((0.4, 0.17, 0.2, 0.7))
         score_ax = fig.add_axes((0.7, 0.17, 0.28, 0.7))
         rope_frequencies_plot(self.d_head, data["base"], ax=freq_ax, highlight=data["pair_index"])
-        rope_rotation_arrows([1.0, 0.0], base=data["base"], d_head=self.d_head, pair_index=data["pair_index"],
-                             positions=list(data["positions"]), ax=arrow_ax)
-        rope_score_vs_distance(self.q, self.k, base=data["base"], max_distance=self.max_distance,
-                               offset=data["offset"], ax=score_ax)
+        rope_rotation_arrows(
+            [1.0, 0.0],
+            base=data["base"],
+            d_head=self.d_head,
+            pair_index=data["pair_index"],
+            positions=list(data["positions"]),
+            ax=arrow_ax,
+        )
+        rope_score_vs_distance(
+            self.q, self.k, base=data["base"], max_distance=self.max_distance, offset=data["offset"], ax=score_ax
+        )
         # Fixed ranges keep the axes (the costly part to draw) the same for every setting:
         # theta_i lies in [base^-1, 1] with base <= 1e6, and |q.k| <= |q||k| = d_head.
         freq_ax.set_ylim(5e-7, 2.0)
@@ -75,8 +93,15 @@ class _RopeExplorer(Explorer):
 
     def _dynamic(self, axes):
         freq_ax, arrow_ax, score_ax = axes
-        return [*freq_ax.lines, freq_ax.title, arrow_ax.collections[0], *arrow_ax.texts, arrow_ax.title,
-                score_ax.lines[0], score_ax.title]
+        return [
+            *freq_ax.lines,
+            freq_ax.title,
+            arrow_ax.collections[0],
+            *arrow_ax.texts,
+            arrow_ax.title,
+            score_ax.lines[0],
+            score_ax.title,
+        ]
 
     def _update(self, axes, data):
         freq_ax, arrow_ax, score_ax = axes
@@ -87,7 +112,7 @@ class _RopeExplorer(Explorer):
         freq_ax.set_title(f"RoPE frequencies, base {data['base']:,.0f}", fontsize=9)
         rotated = data["rotated"]
         arrow_ax.collections[0].set_UVC(rotated[:, 0], rotated[:, 1])
-        for text, (x, y), m in zip(arrow_ax.texts, rotated, data["positions"]):
+        for text, (x, y), m in zip(arrow_ax.texts, rotated, data["positions"], strict=True):
             text.set_position((1.12 * x, 1.12 * y))
             text.set_text(f"m={m}")
         arrow_ax.set_title(f"pair {pair}: θ = {frequencies[pair]:.3g} rad per position", fontsize=9)
@@ -95,14 +120,21 @@ class _RopeExplorer(Explorer):
         score_ax.set_title(f"score vs distance (keys at {data['offset']}+)", fontsize=9)
 
     def _caption_text(self, data):
-        return (f"base {data['base']:,.0f} · positions {data['offset']}–{data['offset'] + self.num_positions - 1} · "
-                f"pair {data['pair_index']} turns {data['frequencies'][data['pair_index']]:.3g} rad per position · "
-                f"score at distance 0: {data['scores'][0]:.2f}")
+        return (
+            f"base {data['base']:,.0f} · positions {data['offset']}–{data['offset'] + self.num_positions - 1} · "
+            f"pair {data['pair_index']} turns {data['frequencies'][data['pair_index']]:.3g} rad per position · "
+            f"score at distance 0: {data['scores'][0]:.2f}"
+        )
 
 
 def rope_explorer(
-    d_head: int = 16, *, base: float = 10000.0, offset: int = 0, pair_index: int = 0,
-    num_positions: int = 6, max_distance: int = 48,
+    d_head: int = 16,
+    *,
+    base: float = 10000.0,
+    offset: int = 0,
+    pair_index: int = 0,
+    num_positions: int = 6,
+    max_distance: int = 48,
 ) -> Explorer:
     """RoPE's frequencies ``theta_i = base^(-2i/d_head)``, the rotation of pair ``pair_index`` at
     positions ``offset .. offset + num_positions - 1``, and the score ``rope(q, offset+d)·rope(k, offset)``
@@ -115,7 +147,7 @@ def rope_explorer(
     check_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
     if d_head % 2:
         raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got d_head={d_head!r}")
-    _check_float("base", base, 10.0, 1e6)
+    check_number("base", base, 10.0, 1e6)
     check_int("offset", offset, 0, 256)
     check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
     check_int("num_positions", num_positions, 1, 16)

@@ -1,10 +1,10 @@
-"""Pictures of rotary position embeddings (RoPE): one feature pair turning with the position,
+"""Notebook 05's figures: pictures of rotary position embeddings (RoPE): one feature pair turning with the position,
 the frequency of each pair, and the score of a query and a key against their distance.
 The numbers come from :class:`~mhsa_helpers.rope.RotaryEmbedding`."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
@@ -12,16 +12,16 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.patches import Circle
 
-from ..checks import check_int
-from ..rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
-from ._common import _as_array, _new_axes
+from ...checks import check_int
+from ...rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
+from ...teaching.figures import as_array, new_axes
 
 __all__ = [
-    "rope_rotation_arrows",
     "rope_frequencies_plot",
+    "rope_rotation_arrows",
     "rope_score_vs_distance",
-    "rotate_pair",
     "rope_scores",
+    "rotate_pair",
 ]
 
 
@@ -29,7 +29,7 @@ def rotate_pair(vector, *, base: float, d_head: int, pair_index: int, positions:
     """Where RoPE moves a 2-D ``vector`` placed in pair ``pair_index`` of a ``d_head`` query,
     at each of ``positions``: returns ``(len(positions), 2)``, computed by
     :class:`~mhsa_helpers.rope.RotaryEmbedding` (interleaved pairs)."""
-    vec = _as_array("vector", vector)
+    vec = as_array("vector", vector)
     if vec.shape != (2,):
         raise ValueError(f"vector must have shape (2,) (one pair of features), got shape {vec.shape}")
     d_head = check_int("d_head", d_head, 2)
@@ -45,7 +45,7 @@ def rotate_pair(vector, *, base: float, d_head: int, pair_index: int, positions:
     return rotated[:, 2 * pair_index : 2 * pair_index + 2].numpy()
 
 
-def _check_positions(positions: Sequence[int]) -> List[int]:
+def _check_positions(positions: Sequence[int]) -> list[int]:
     if isinstance(positions, torch.Tensor):
         positions = positions.tolist()
     try:
@@ -64,7 +64,7 @@ def rope_rotation_arrows(
     d_head: int,
     pair_index: int,
     positions: Sequence[int],
-    ax: Optional[Axes] = None,
+    ax: Axes | None = None,
 ) -> Axes:
     """Arrows of one feature pair of a query after RoPE, one arrow per position.
 
@@ -76,13 +76,22 @@ def rope_rotation_arrows(
     rotated = rotate_pair(vector, base=base, d_head=d_head, pair_index=pair_index, positions=positions)
     theta = float(rope_frequencies(d_head, base)[pair_index])
     if ax is None:
-        ax = _new_axes((3.4, 3.4))
+        ax = new_axes((3.4, 3.4))
     radius = float(np.hypot(*rotated[0])) or 1.0
     colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, len(positions)))
     ax.add_patch(Circle((0.0, 0.0), radius, fill=False, color="#bbbbbb", linestyle="--", linewidth=0.8))
-    ax.quiver(np.zeros(len(positions)), np.zeros(len(positions)), rotated[:, 0], rotated[:, 1],
-              color=colors, angles="xy", scale_units="xy", scale=1.0, width=0.012)
-    for (x, y), m, color in zip(rotated, positions, colors):
+    ax.quiver(
+        np.zeros(len(positions)),
+        np.zeros(len(positions)),
+        rotated[:, 0],
+        rotated[:, 1],
+        color=colors,
+        angles="xy",
+        scale_units="xy",
+        scale=1.0,
+        width=0.012,
+    )
+    for (x, y), m, color in zip(rotated, positions, colors, strict=True):
         ax.text(1.12 * x, 1.12 * y, f"m={m}", fontsize=7, ha="center", va="center", color=color)
     limit = 1.35 * radius
     ax.set_xlim(-limit, limit)
@@ -97,7 +106,7 @@ def rope_rotation_arrows(
     return ax
 
 
-def rope_frequencies_plot(d_head: int, base: float, *, ax: Optional[Axes] = None, highlight: Optional[int] = None) -> Axes:
+def rope_frequencies_plot(d_head: int, base: float, *, ax: Axes | None = None, highlight: int | None = None) -> Axes:
     """``theta_i = base^(-2i/d_head)`` for each pair ``i`` on a log scale (one line, ``ax.lines[0]``).
 
     ``highlight`` marks one pair in red.
@@ -106,7 +115,7 @@ def rope_frequencies_plot(d_head: int, base: float, *, ax: Optional[Axes] = None
     if highlight is not None:  # checked before a figure is opened, so bad input leaves none behind
         highlight = check_int("highlight", highlight, 0, len(thetas) - 1)
     if ax is None:
-        ax = _new_axes((3.6, 2.8))
+        ax = new_axes((3.6, 2.8))
     pairs = np.arange(len(thetas))
     ax.plot(pairs, thetas, marker="o", markersize=3, color="#2171b5")
     if highlight is not None:
@@ -121,12 +130,12 @@ def rope_frequencies_plot(d_head: int, base: float, *, ax: Optional[Axes] = None
 
 def rope_scores(
     q, k, *, base: float, max_distance: int, convention: str = "interleaved", offset: int = 0
-) -> Tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """``(distances, scores)``: ``scores[d] = rope(q, offset + d) . rope(k, offset)`` for
     ``d = 0 .. max_distance``, computed with :class:`~mhsa_helpers.rope.RotaryEmbedding`
     in float64. Shapes: ``q, k (d_head,)`` -> two ``(max_distance + 1,)`` arrays."""
-    q_arr = _as_array("q", q)
-    k_arr = _as_array("k", k)
+    q_arr = as_array("q", q)
+    k_arr = as_array("k", k)
     if q_arr.ndim != 1 or q_arr.size == 0:
         raise ValueError(f"q must be a 1-D vector (d_head,), got shape {q_arr.shape}")
     if k_arr.shape != q_arr.shape:
@@ -152,7 +161,7 @@ def rope_score_vs_distance(
     base: float,
     max_distance: int,
     convention: str = "interleaved",
-    ax: Optional[Axes] = None,
+    ax: Axes | None = None,
     offset: int = 0,
 ) -> Axes:
     """The RoPE score ``rope(q, m) . rope(k, n)`` against the distance ``m - n = 0 .. max_distance``
@@ -160,7 +169,7 @@ def rope_score_vs_distance(
     One line (``ax.lines[0]``); shapes ``q, k (d_head,)``."""
     distances, scores = rope_scores(q, k, base=base, max_distance=max_distance, convention=convention, offset=offset)
     if ax is None:
-        ax = _new_axes((4.2, 2.8))
+        ax = new_axes((4.2, 2.8))
     ax.plot(distances, scores, color="#2171b5", linewidth=1.4)
     ax.axhline(0, color="#bbbbbb", linewidth=0.6)
     ax.set_xlabel("distance m − n", fontsize=8)

@@ -4,16 +4,16 @@ softmax and attention itself. Each names the misconception a wrong answer matche
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..softmax import softmax
-from .core import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
-from .qkv import wrong_axes_misconceptions
+from ... import scaled_dot_product_attention, softmax
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
+from ..qkv_by_hand.exercises import wrong_axes_misconceptions
 
-__all__ = ["check_softmax", "check_attention"]
+__all__ = ["check_attention", "check_softmax"]
 
 
 # ---------------------------------------------------------------- softmax
@@ -210,8 +210,7 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
         Misconception(
             "applied the softmax after multiplying by V",
             lambda q, k, v: torch.softmax((scores(q, k) / math.sqrt(q.shape[-1])) @ v, dim=-1),
-            "The softmax turns the scores into weights; the output is those weights times V: "
-            "softmax(q kᵀ / √d_k) @ v.",
+            "The softmax turns the scores into weights; the output is those weights times V: softmax(q kᵀ / √d_k) @ v.",
         ),
     ]
     return check_function(

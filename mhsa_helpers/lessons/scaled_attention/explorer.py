@@ -8,14 +8,17 @@ import math
 import ipywidgets as widgets
 import numpy as np
 
-from ..checks import check_choice, check_int
-from ..attention import attention_scores
-from ..examples import sentence_embeddings
-from ..plots.attention import _Heatmap
-from ..softmax import softmax
-from .base import SCALING_SENTENCES, _SLIDER, Explorer, _check_bool, _numpy
+from ...attention import attention_scores
+from ...checks import check_choice, check_int
+from ...examples import sentence_embeddings
+from ...softmax import softmax
+from ...teaching.explorer import SLIDER, Explorer, check_bool, to_numpy
+from ...teaching.figures import Heatmap
 
-__all__ = ["scaling_explorer"]
+__all__ = ["SCALING_SENTENCES", "scaling_explorer"]
+
+#: Sentences of the scaling explorer.
+SCALING_SENTENCES = ("She loves cats", "Your journey starts with one step")
 
 
 class _ScalingExplorer(Explorer):
@@ -23,9 +26,13 @@ class _ScalingExplorer(Explorer):
 
     def __init__(self, d_k: int, sentence: str, scaled: bool) -> None:
         controls = {
-            "d_k": widgets.IntSlider(value=d_k, min=1, max=512, step=1, description="d_k", **_SLIDER),
-            "sentence": widgets.Dropdown(options=list(SCALING_SENTENCES), value=sentence, description="sentence",
-                                         style={"description_width": "initial"}),
+            "d_k": widgets.IntSlider(value=d_k, min=1, max=512, step=1, description="d_k", **SLIDER),
+            "sentence": widgets.Dropdown(
+                options=list(SCALING_SENTENCES),
+                value=sentence,
+                description="sentence",
+                style={"description_width": "initial"},
+            ),
             "scaled": widgets.Checkbox(value=scaled, description="divide by √d_k", indent=False),
         }
         super().__init__(controls, title="Why divide the scores by √d_k?")
@@ -33,7 +40,7 @@ class _ScalingExplorer(Explorer):
     def _check(self, values):
         check_int("d_k", values["d_k"], 1, 512)
         check_choice("sentence", values["sentence"], SCALING_SENTENCES)
-        _check_bool("scaled", values["scaled"])
+        check_bool("scaled", values["scaled"])
 
     def _compute(self, values):
         d_k, sentence, scaled = values["d_k"], values["sentence"], values["scaled"]
@@ -43,8 +50,14 @@ class _ScalingExplorer(Explorer):
         scores = attention_scores(q, k, scale=None if scaled else 1.0)
         weights = softmax(scores)
         return {
-            "tokens": list(tokens), "d_k": d_k, "sentence": sentence, "scaled": scaled,
-            "q": _numpy(q), "k": _numpy(k), "scores": _numpy(scores), "weights": _numpy(weights),
+            "tokens": list(tokens),
+            "d_k": d_k,
+            "sentence": sentence,
+            "scaled": scaled,
+            "q": to_numpy(q),
+            "k": to_numpy(k),
+            "scores": to_numpy(scores),
+            "weights": to_numpy(weights),
             "score_std": float(scores.double().std(correction=0)),
             # Var(q.k) = d_k for unit-variance entries; dividing by sqrt(d_k) brings it back to 1.
             "expected_std": 1.0 if scaled else math.sqrt(d_k),
@@ -57,10 +70,29 @@ class _ScalingExplorer(Explorer):
         tokens = data["tokens"]
         left = fig.add_axes((0.14, 0.2, 0.33, 0.62))
         right = fig.add_axes((0.64, 0.2, 0.33, 0.62))
-        scores = _Heatmap(left, data["scores"], row_labels=tokens, col_labels=tokens, cmap="coolwarm",
-                          vmin=None, vmax=None, annotate=False, fontsize=7)
-        weights = _Heatmap(right, data["weights"], row_labels=tokens, col_labels=tokens, cmap="Blues",
-                           vmin=0.0, vmax=1.0, annotate=True, fmt="{:.2f}", fontsize=7)
+        scores = Heatmap(
+            left,
+            data["scores"],
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap="coolwarm",
+            vmin=None,
+            vmax=None,
+            annotate=False,
+            fontsize=7,
+        )
+        weights = Heatmap(
+            right,
+            data["weights"],
+            row_labels=tokens,
+            col_labels=tokens,
+            cmap="Blues",
+            vmin=0.0,
+            vmax=1.0,
+            annotate=True,
+            fmt="{:.2f}",
+            fontsize=7,
+        )
         right.set_title("weights (softmax of each row)", fontsize=9)
         return scores, weights
 
@@ -68,8 +100,7 @@ class _ScalingExplorer(Explorer):
         scores, weights = artists
         # A colour range symmetric about 0 keeps white = 0 whatever d_k is.
         bound = float(np.abs(data["scores"]).max()) or 1.0
-        scores._fixed = (-bound, bound)
-        scores.image.set_clim(-bound, bound)
+        scores.set_range(-bound, bound)
         scores.set_values(data["scores"])
         weights.set_values(data["weights"])
         what = "q·k / √d_k" if data["scaled"] else "q·k (not scaled)"
@@ -81,8 +112,10 @@ class _ScalingExplorer(Explorer):
 
     def _caption_text(self, data):
         how = "divided by √d_k" if data["scaled"] else "not scaled"
-        return (f"d_k = {data['d_k']} · {how} · score std {data['score_std']:.2f} "
-                f"(expected about {data['expected_std']:.2f}) · largest weight {data['weights'].max():.2f}")
+        return (
+            f"d_k = {data['d_k']} · {how} · score std {data['score_std']:.2f} "
+            f"(expected about {data['expected_std']:.2f}) · largest weight {data['weights'].max():.2f}"
+        )
 
 
 def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], scaled: bool = True) -> Explorer:
@@ -94,5 +127,5 @@ def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], sca
     """
     check_int("d_k", d_k, 1, 512)
     check_choice("sentence", sentence, SCALING_SENTENCES)
-    scaled = _check_bool("scaled", scaled)
+    scaled = check_bool("scaled", scaled)
     return _ScalingExplorer(int(d_k), sentence, scaled)

@@ -1,0 +1,136 @@
+"""The lessons: one folder per notebook, and :data:`LESSONS`, the one list of them.
+
+Each folder ``mhsa_helpers/lessons/<slug>/`` holds what its notebook uses beyond the core:
+``exercises.py`` (the checkers), ``explorer.py`` (the explorer) and, when its pictures are its
+own, ``figures.py``. Tests, benchmarks, the Colab-like check and the README's table of the
+series iterate :data:`LESSONS`; nothing else lists the notebooks.
+
+Adding notebook 07 means: ``notebooks/07_<name>.ipynb``, its solutions notebook
+``notebooks/solutions/07_<name>_solutions.ipynb``, a folder ``lessons/<slug>/`` and one
+:class:`Lesson` at the end of :data:`LESSONS`.
+
+``python -m mhsa_helpers.lessons --markdown`` prints the README's table of the series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from . import causal_masking, causal_mhsa, multi_head, qkv_by_hand, rope, scaled_attention
+
+__all__ = ["LESSONS", "Lesson", "lesson", "markdown_table"]
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One notebook of the series and the teaching pieces it uses.
+
+    ``notebook`` and ``solutions`` are paths relative to the repository's root; ``explorer`` is
+    a factory called without arguments (its defaults are the notebook's first view); ``checkers``
+    are the notebook's exercise checkers in the order of its exercises. ``summary`` is the
+    README's one-line description of the idea.
+    """
+
+    number: int
+    slug: str
+    title: str
+    notebook: PurePosixPath
+    solutions: PurePosixPath | None
+    explorer: Callable[[], Any] | None
+    checkers: tuple[Callable[..., Any], ...]
+    summary: str = ""
+
+
+def _lesson(number: int, slug: str, name: str, title: str, module: Any, explorer: str, summary: str) -> Lesson:
+    stem = f"{number:02d}_{name}"
+    return Lesson(
+        number=number,
+        slug=slug,
+        title=title,
+        notebook=PurePosixPath(f"notebooks/{stem}.ipynb"),
+        solutions=PurePosixPath(f"notebooks/solutions/{stem}_solutions.ipynb"),
+        explorer=getattr(module, explorer),
+        checkers=tuple(
+            getattr(module.exercises, name) for name in module.exercises.__all__ if name.startswith("check_")
+        ),
+        summary=summary,
+    )
+
+
+#: Every lesson, in the order of the series (``number`` is 1, 2, ...).
+LESSONS: tuple[Lesson, ...] = (
+    _lesson(
+        1,
+        "qkv_by_hand",
+        "qkv_by_hand",
+        "Q, K, V by hand: “Money Bank Grows”",
+        qkv_by_hand,
+        "qkv_explorer",
+        "every number of two-head attention on a three-word sentence, computed as on paper; E·W versus x·Wᵀ",
+    ),
+    _lesson(
+        2,
+        "scaled_attention",
+        "scaled_dot_product_attention",
+        "Scaled dot-product attention",
+        scaled_attention,
+        "scaling_explorer",
+        "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, equality with PyTorch",
+    ),
+    _lesson(
+        3,
+        "causal_masking",
+        "causal_masking",
+        "Causal masking",
+        causal_masking,
+        "masking_explorer",
+        "hiding the future: two equal masking methods, mask polarity, the fully-masked-row NaN trap, padding, dropout",
+    ),
+    _lesson(
+        4,
+        "multi_head",
+        "multi_head_attention",
+        "Multi-head attention",
+        multi_head,
+        "heads_explorer",
+        "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes, fused QKV layouts, "
+        "`nn.MultiheadAttention`",
+    ),
+    _lesson(
+        5,
+        "rope",
+        "rotary_position_embeddings",
+        "Rotary position embeddings (RoPE)",
+        rope,
+        "rope_explorer",
+        "rotating pairs of dimensions, scores that depend only on m−n, interleaved versus half-split pairing",
+    ),
+    _lesson(
+        6,
+        "causal_mhsa",
+        "causal_mhsa_with_rope",
+        "Putting it together: causal multi-head self-attention with RoPE",
+        causal_mhsa,
+        "mhsa_explorer",
+        "the whole block, the functional and module interfaces, incremental decoding with a KV cache, "
+        "cost versus length",
+    ),
+)
+
+
+def lesson(number: int) -> Lesson:
+    """The lesson of notebook ``number`` (1-based)."""
+    for candidate in LESSONS:
+        if candidate.number == number:
+            return candidate
+    raise ValueError(f"number must be one of {[c.number for c in LESSONS]}, got number={number!r}")
+
+
+def markdown_table() -> str:
+    """The README's table of the series: number, linked title and the idea, one row per lesson."""
+    rows = ["| # | notebook | the idea |", "|---|---|---|"]
+    rows += [f"| {item.number:02d} | [{item.title}]({item.notebook}) | {item.summary} |" for item in LESSONS]
+    return "\n".join(rows)

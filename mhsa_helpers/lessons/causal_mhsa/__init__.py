@@ -1,0 +1,16 @@
+"""Notebook 06, causal multi-head self-attention with RoPE and a KV cache: its exercise checkers (``exercises``)
+and its explorer (``explorer``)."""
+
+from ..multi_head.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
+from .exercises import check_attend_with_cache, check_causal_mhsa_rope, check_decoding_mask
+from .explorer import mhsa_explorer
+
+__all__ = [
+    "HEADS_SENTENCE",
+    "INPUT_SCALE",
+    "MODEL_SEED",
+    "check_attend_with_cache",
+    "check_causal_mhsa_rope",
+    "check_decoding_mask",
+    "mhsa_explorer",
+]

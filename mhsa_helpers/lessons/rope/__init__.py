@@ -1,0 +1,19 @@
+"""Notebook 05, rotary position embeddings: its exercise checkers (``exercises``), its figures (``figures``)
+and its explorer (``explorer``)."""
+
+from .exercises import check_apply_rope, check_interleaved_to_half_split, check_rope_attention, check_rope_frequencies
+from .explorer import rope_explorer
+from .figures import rope_frequencies_plot, rope_rotation_arrows, rope_score_vs_distance, rope_scores, rotate_pair
+
+__all__ = [
+    "check_apply_rope",
+    "check_interleaved_to_half_split",
+    "check_rope_attention",
+    "check_rope_frequencies",
+    "rope_explorer",
+    "rope_frequencies_plot",
+    "rope_rotation_arrows",
+    "rope_score_vs_distance",
+    "rope_scores",
+    "rotate_pair",
+]

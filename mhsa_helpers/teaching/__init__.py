@@ -1,0 +1,12 @@
+"""The base pieces of the notebooks' teaching scaffolding, shared by every lesson:
+
+* :mod:`~mhsa_helpers.teaching.checking` — the checker machinery: run a learner's function on
+  cases, compare with the reference, and name the misconception a wrong answer matches;
+* :mod:`~mhsa_helpers.teaching.explorer` — the :class:`~mhsa_helpers.teaching.explorer.Explorer`
+  widget base, its setting checks and slider helpers;
+* :mod:`~mhsa_helpers.teaching.figures` — attention heatmaps, per-head grids, mask heatmaps and
+  benchmark plots.
+
+Each notebook's own checkers, explorer and figures are in ``mhsa_helpers.lessons.<slug>``.
+The core modules of :mod:`mhsa_helpers` never import this package.
+"""
