@@ -2,15 +2,17 @@
 
     python benchmarks/bench_explorers.py [--moves 20] [--quick]
 
-Each row moves one control back and forth between two values from Python (exactly what
-a slider does: the control's observer recomputes with the package, redraws the figure
-and sets the PNG and caption widgets) and times every move. Reported per row: median
+Every explorer of the lessons' registry (``mhsa_helpers.lessons.LESSONS``) at its default
+settings; each row moves one of its enabled controls back and forth between its value and a
+neighbouring one (``teaching.explorer.nearby_value``) from Python (exactly what a slider
+does: the control's observer recomputes with the package, redraws the figure and sets the
+PNG and caption widgets) and times every move. Reported per row: median
 and 90th percentile wall time, and median CPU time of this process (less sensitive to
 other load on the machine). Target: median wall time <= 50 ms (PASS/MISS, never asserted).
 
-"layout" rows change the figure's structure (number of heads, sequence length): the
-first visit of a layout builds its axes, later visits reuse them (the explorers keep the
-last few layouts); the first-visit cost is reported separately.
+"layout" rows change the figure's structure (number of heads, sequence length: the move
+shows another figure): the first visit of a layout builds its axes, later visits reuse them
+(the explorers keep the last few layouts); the first-visit cost is reported separately.
 
 The browser side (keypress to rendered caption in JupyterLab) is measured by
 tests/browser/test_jupyterlab.py, which prints its own table (run pytest with -s).
@@ -23,36 +25,38 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, List, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-from mhsa_helpers import explorers  # noqa: E402
+from mhsa_helpers.lessons import LESSONS
+from mhsa_helpers.teaching.explorer import DPI, nearby_value
 
 TARGET_MS = 50.0
 
-# (explorer factory, control, value A, value B, kind)
-CASES: List[Tuple[Callable[[], Any], str, Any, Any, str]] = [
-    (explorers.qkv_explorer, "score_scale", 1.0, 10.0, "values"),
-    (explorers.qkv_explorer, "head", 1, 2, "values"),
-    (explorers.scaling_explorer, "d_k", 64, 65, "values"),
-    (explorers.scaling_explorer, "scaled", True, False, "values"),
-    (explorers.masking_explorer, "causal", True, False, "values"),
-    (explorers.masking_explorer, "dropout", 0.0, 0.1, "values"),
-    (explorers.masking_explorer, "seq_len", 6, 5, "layout"),
-    (explorers.heads_explorer, "head", 1, 2, "values"),
-    (explorers.heads_explorer, "num_heads", 2, 3, "layout"),
-    (explorers.heads_explorer, "seq_len", 6, 5, "layout"),
-    (explorers.rope_explorer, "base", 10000.0, 10.0 ** 4.1, "values"),
-    (explorers.rope_explorer, "offset", 0, 1, "values"),
-    (explorers.rope_explorer, "pair_index", 0, 1, "values"),
-    (explorers.mhsa_explorer, "causal", False, True, "values"),
-    (explorers.mhsa_explorer, "rope", False, True, "values"),
-    (explorers.mhsa_explorer, "num_heads", 4, 8, "layout"),
-    (explorers.mhsa_explorer, "seq_len", 6, 5, "layout"),
-]
+
+def cases() -> list[tuple[Callable[[], Any], str, Any, Any, str]]:
+    """(explorer factory, control, value A, value B, kind) for every enabled control of every
+    registered explorer; kind is "layout" when moving to B shows another figure, else "values"."""
+    rows = []
+    for lesson in LESSONS:
+        if lesson.explorer is None:
+            continue
+        explorer = lesson.explorer()
+        for name, control in explorer.controls.items():
+            value = nearby_value(control)
+            if control.disabled or value is None:
+                continue  # e.g. the RoPE base while RoPE is off: a user cannot move it
+            start, figure = control.value, explorer.figure
+            control.value = value
+            kind = "values" if explorer.figure is figure else "layout"
+            control.value = start
+            rows.append((lesson.explorer, name, start, value, kind))
+        explorer.close()
+    return rows
 
 
 def time_moves(make: Callable[[], Any], control: str, a: Any, b: Any, moves: int):
@@ -84,23 +88,33 @@ def main() -> None:
     moves = 5 if args.quick else max(1, args.moves)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# Explorer redraw time (in-kernel, Agg, {explorers.DPI} dpi PNG)\n")
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load:.2f} at start; "
-          f"{moves} moves per row; target: median wall <= {TARGET_MS:.0f} ms\n")
-    print("| explorer | control moved | kind | median wall ms | p90 wall ms | median CPU ms | first visit ms | target |")
+    print(f"# Explorer redraw time (in-kernel, Agg, {DPI} dpi PNG)\n")
+    print(
+        f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load:.2f} at start; "
+        f"{moves} moves per row; target: median wall <= {TARGET_MS:.0f} ms\n"
+    )
+    print(
+        "| explorer | control moved | kind | median wall ms | p90 wall ms | median CPU ms | first visit ms | target |"
+    )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     misses = 0
-    for make, control, a, b, kind in CASES:
+    rows = cases()
+    for make, control, a, b, kind in rows:
         first, walls, cpus = time_moves(make, control, a, b, moves)
         median = statistics.median(walls)
-        p90 = sorted(walls)[max(0, int(round(0.9 * len(walls))) - 1)]
+        p90 = sorted(walls)[max(0, round(0.9 * len(walls)) - 1)]
         verdict = "PASS" if median <= TARGET_MS else "MISS"
         misses += verdict == "MISS"
-        print(f"| {make.__name__} | {control} {a!r:.8}↔{b!r:.8} | {kind} | {median:.1f} | {p90:.1f} | "
-              f"{statistics.median(cpus):.1f} | {first:.1f} | {verdict} |", flush=True)
+        print(
+            f"| {make.__name__} | {control} {a!r:.8}↔{b!r:.8} | {kind} | {median:.1f} | {p90:.1f} | "
+            f"{statistics.median(cpus):.1f} | {first:.1f} | {verdict} |",
+            flush=True,
+        )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n{len(CASES) - misses}/{len(CASES)} rows within the target; load average {load:.2f} at the end "
-          "(a loaded machine inflates wall times; CPU time is the steadier figure).")
+    print(
+        f"\n{len(rows) - misses}/{len(rows)} rows within the target; load average {load:.2f} at the end "
+        "(a loaded machine inflates wall times; CPU time is the steadier figure)."
+    )
 
 
 if __name__ == "__main__":

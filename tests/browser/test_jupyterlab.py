@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from mhsa_helpers.lessons import LESSONS
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -45,6 +47,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 FIXTURE = Path(__file__).with_name("explorers_fixture.ipynb")
+#: The fixture's last cell shows every registered explorer after the two it drives.
+REGISTERED = [lesson.explorer.__name__ for lesson in LESSONS if lesson.explorer is not None]
 SERVER_TIMEOUT = 90
 RENDER_TIMEOUT_MS = 60_000
 #: Extra attempts to start the server when its port was taken between choosing and binding it.
@@ -343,7 +347,10 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
         first = wait_caption(page, r"^2 heads, seq 6 ")
         page.wait_for_selector(".mhsa-explorer >> nth=1", timeout=RENDER_TIMEOUT_MS)
         wait_caption(page, r"^seq 6 · causal mask · neg_inf", explorer_index=1)
-        assert page.locator(".mhsa-explorer").count() == 2
+        page.wait_for_selector(f".mhsa-explorer >> nth={1 + len(REGISTERED)}", timeout=RENDER_TIMEOUT_MS)
+        for index, name in enumerate(REGISTERED, start=2):
+            assert wait_caption(page, r"\S", explorer_index=index), name
+        assert page.locator(".mhsa-explorer").count() == 2 + len(REGISTERED)
         assert "2 heatmaps" in first
         page.evaluate(LATENCY_JS)
 

@@ -1,0 +1,204 @@
+"""The registry of lessons (``mhsa_helpers.lessons.LESSONS``) agrees with the repository.
+
+Everything that lists the notebooks (tests, benchmarks, the browser test, the README's table)
+iterates the registry, so these tests are what make a forgotten entry, a stale path or a
+lesson folder without a notebook fail: the facts are read from the files themselves.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from mhsa_helpers.lessons import LESSONS, Lesson, lesson, markdown_table
+from mhsa_helpers.teaching.explorer import Explorer
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mhsa_helpers"
+LESSON_IDS = [f"{item.number:02d}_{item.slug}" for item in LESSONS]
+
+
+def code_cells(path: Path) -> list[str]:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
+def first_heading(path: Path) -> str:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    return "".join(notebook["cells"][0]["source"]).splitlines()[0]
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+# ------------------------------------------------------------------ the registry itself
+
+
+def test_numbers_count_from_one_in_order_and_slugs_are_unique():
+    assert [item.number for item in LESSONS] == list(range(1, len(LESSONS) + 1))
+    slugs = [item.slug for item in LESSONS]
+    assert len(set(slugs)) == len(slugs)
+    assert all(isinstance(item, Lesson) for item in LESSONS)
+
+
+def test_lesson_looks_up_by_number_and_names_a_bad_number():
+    for item in LESSONS:
+        assert lesson(item.number) is item
+    with pytest.raises(ValueError, match=r"number must be one of \[1, .*got number=0"):
+        lesson(0)
+
+
+def test_lessons_are_frozen():
+    with pytest.raises(AttributeError):
+        LESSONS[0].number = 7  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------ against the files
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_notebook_and_solutions_exist_and_are_named_after_the_number(item):
+    notebook = ROOT / item.notebook
+    assert notebook.is_file(), item.notebook
+    assert item.notebook.parent.as_posix() == "notebooks"
+    assert item.notebook.name.startswith(f"{item.number:02d}_")
+    assert item.solutions is not None, "every lesson has a solutions notebook"
+    assert (ROOT / item.solutions).is_file(), item.solutions
+    assert item.solutions.as_posix() == f"notebooks/solutions/{item.notebook.stem}_solutions.ipynb"
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_title_is_the_notebooks_heading(item):
+    assert first_heading(ROOT / item.notebook) == f"# {item.number:02d} · {item.title}"
+    assert first_heading(ROOT / item.solutions).startswith(f"# {item.number:02d} · Solutions")
+
+
+def test_every_notebook_is_registered():
+    registered = {item.notebook.as_posix() for item in LESSONS}
+    found = {path.relative_to(ROOT).as_posix() for path in (ROOT / "notebooks").glob("*.ipynb")}
+    assert found == registered
+    solutions = {item.solutions.as_posix() for item in LESSONS if item.solutions is not None}
+    found = {path.relative_to(ROOT).as_posix() for path in (ROOT / "notebooks" / "solutions").glob("*.ipynb")}
+    assert found == solutions
+
+
+def test_every_lesson_folder_is_registered():
+    folders = {path.parent.name for path in (PACKAGE / "lessons").glob("*/__init__.py")}
+    assert folders == {item.slug for item in LESSONS}
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_lesson_package_exports_its_explorer_and_checkers(item):
+    package = importlib.import_module(f"mhsa_helpers.lessons.{item.slug}")
+    assert item.checkers, "every lesson has exercises"
+    for checker in item.checkers:
+        assert getattr(package, checker.__name__) is checker
+        assert checker.__module__ == f"mhsa_helpers.lessons.{item.slug}.exercises"
+    if item.explorer is not None:
+        assert getattr(package, item.explorer.__name__) is item.explorer
+        assert item.explorer.__module__ == f"mhsa_helpers.lessons.{item.slug}.explorer"
+
+
+# ------------------------------------------------------------------ explorers and checkers
+
+
+@pytest.mark.parametrize("item", [i for i in LESSONS if i.explorer is not None], ids=lambda i: i.slug)
+def test_explorer_factory_builds_an_explorer(item):
+    explorer = item.explorer()
+    try:
+        assert isinstance(explorer, Explorer)
+        assert explorer.redraw_count == 1
+        assert explorer.data["caption"]
+    finally:
+        explorer.close()
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_notebook_imports_and_runs_exactly_its_checkers(item):
+    source = "\n".join(code_cells(ROOT / item.notebook))
+    imported = re.search(rf"from mhsa_helpers\.lessons\.{item.slug} import \(?([^)\n]*(?:\n[^)]*)?)\)?", source)
+    assert imported, f"{item.notebook} does not import from mhsa_helpers.lessons.{item.slug}"
+    called = set(re.findall(r"\b(check_\w+)\(", source))
+    assert called == {checker.__name__ for checker in item.checkers}
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_every_checker_accepts_the_solutions_notebooks_answer(item):
+    """Run the solutions notebook's code, then give each checker the function that notebook
+    asserts correct: every registered checker must have one, and accept it."""
+    cells = code_cells(ROOT / item.solutions)
+    source = "\n".join(cells)
+    answers = dict(re.findall(r"assert (check_\w+)\((\w+)\)\.correct", source))
+    assert set(answers) == {checker.__name__ for checker in item.checkers}
+    namespace: dict = {"__name__": "__solutions__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for cell in cells:
+            exec(compile(cell, str(item.solutions), "exec"), namespace)
+    for checker in item.checkers:
+        result = checker(namespace[answers[checker.__name__]], verbose=False)
+        assert result.correct, result.message
+        assert checker(stub, verbose=False).status == "not_attempted"
+
+
+# ------------------------------------------------------------------ the package's layering
+
+
+def test_core_never_imports_the_teaching_scaffolding():
+    code = (
+        "import sys, mhsa_helpers\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('mhsa_helpers.teaching', 'mhsa_helpers.lessons')))\n"
+        "print(loaded)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    for path in PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                assert not re.match(r"(mhsa_helpers\.)?(teaching|lessons)\b", module), f"{path.name}: {module}"
+                assert not (node.level and any(a.name in ("teaching", "lessons") for a in node.names)), path.name
+
+
+def test_no_module_imports_an_underscore_name_from_another():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private:
+                    offenders.append(f"{path.relative_to(ROOT)}: from {'.' * node.level}{node.module} import {private}")
+    assert not offenders, "\n".join(offenders)
+
+
+# ------------------------------------------------------------------ the README's table
+
+
+def test_markdown_table_has_one_linked_row_per_lesson():
+    lines = markdown_table().splitlines()
+    assert lines[:2] == ["| # | notebook | the idea |", "|---|---|---|"]
+    assert len(lines) == 2 + len(LESSONS)
+    for line, item in zip(lines[2:], LESSONS, strict=True):
+        assert line.startswith(f"| {item.number:02d} | [{item.title}]({item.notebook}) | ")
+        assert item.summary and line.endswith(f" | {item.summary} |")
+
+
+def test_markdown_command_prints_the_table():
+    out = subprocess.run(
+        [sys.executable, "-m", "mhsa_helpers.lessons", "--markdown"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == markdown_table() + "\n"
