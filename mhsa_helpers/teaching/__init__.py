@@ -1,5 +1,7 @@
 """The base pieces of the notebooks' teaching scaffolding, shared by every lesson:
 
+* :mod:`~mhsa_helpers.teaching.claims` — ``claim`` and ``claim_close``: a notebook's statement,
+  checked where it is made;
 * :mod:`~mhsa_helpers.teaching.checking` — the checker machinery: run a learner's function on
   cases, compare with the reference, and name the misconception a wrong answer matches;
 * :mod:`~mhsa_helpers.teaching.explorer` — the :class:`~mhsa_helpers.teaching.explorer.Explorer`
