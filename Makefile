@@ -2,7 +2,9 @@
 #
 #   make lab        open the notebooks in JupyterLab (does its own set-up)
 #   make test       unit/property tests + nbval over every notebook (does its own set-up)
-#   make notebooks  re-execute every notebook in place, in a fresh kernel each
+#   make lint       ruff check + ruff format --check over the whole repository
+#   make typecheck  mypy over the core modules (configured in pyproject.toml)
+#   make notebooks  re-execute notebooks in place, each in a fresh kernel (NOTEBOOKS=... for some)
 #   make setup      create .venv and install the project with its dev tools
 #   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
@@ -11,13 +13,15 @@
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
 # that the project's `torch>=2.2` is already met and pip fetches no other
-# build. The default suits CPU-only machines whose pip finds the local CPU
-# wheel; e.g. `make setup TORCH_SPEC="torch==2.13.0 --index-url URL"` picks
-# another build, and TORCH_SPEC= (empty) leaves torch to pip's resolver.
+# build. The default, requirements/torch-cpu.txt, is the one place the default
+# torch version is written; e.g. `make setup TORCH_SPEC="torch==2.13.0
+# --index-url URL"` picks another build, and TORCH_SPEC= (empty) leaves torch
+# to pip's resolver.
 
 PYTHON     ?= python3
 VENV       ?= .venv
-TORCH_SPEC ?= torch==2.13.0
+TORCH_REQUIREMENTS := requirements/torch-cpu.txt
+TORCH_SPEC ?= -r $(TORCH_REQUIREMENTS)
 PYTEST_ARGS ?=
 LAB_ARGS   ?=
 
@@ -27,15 +31,21 @@ STAMP   := $(VENV)/.installed
 # verbatim (word-split by the shell, but never parsed as redirections/globs).
 export TORCH_SPEC
 
-# `notebooks/` may not exist yet (or hold no notebook): pass it only if present.
+# Every notebook, solutions included (checkpoints excluded); NOTEBOOKS=notebooks/X.ipynb picks some.
+NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb notebooks/*/*.ipynb))
+# `notebooks/` may not exist yet (or hold no notebook): pass it to pytest only if present.
 NOTEBOOK_DIRS := $(wildcard notebooks)
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
-# Same kernel environment as scripts/execute_notebooks.py, so that stored and
-# fresh outputs are produced alike.
-KERNEL_ENV := PYTHONHASHSEED=0 SOURCE_DATE_EPOCH=0
+# The kernels' environment (PYTHONHASHSEED, ...), written once in scripts/kernel.env and
+# given only to the commands that start kernels (a zero SOURCE_DATE_EPOCH breaks pip's wheel builds).
+KERNEL_ENV := $(shell grep -E '^[A-Z_]+=' scripts/kernel.env)
+# Outputs and execution counts are kept (notebooks are committed executed); what varies
+# between machines or runs is dropped: widget state, timings, the Python patch version.
+NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.language_info.version"
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test notebooks colab-check bench bench-explorers clean distclean FORCE
+.PHONY: help setup lab test lint typecheck notebooks clean-notebook-metadata colab-check bench bench-explorers \
+	clean distclean FORCE
 
 help:
 	@sed -n 's/^#   make /  make /p' $(firstword $(MAKEFILE_LIST))
@@ -49,7 +59,7 @@ $(VENV_PY):
 $(VENV)/.torch-spec: FORCE | $(VENV_PY)
 	@printf '%s\n' "$$TORCH_SPEC" | cmp -s - $@ || printf '%s\n' "$$TORCH_SPEC" > $@
 
-$(STAMP): pyproject.toml $(VENV)/.torch-spec | $(VENV_PY)
+$(STAMP): pyproject.toml $(TORCH_REQUIREMENTS) $(VENV)/.torch-spec | $(VENV_PY)
 	@if [ -n "$$TORCH_SPEC" ]; then \
 		echo "+ pip install $$TORCH_SPEC"; \
 		set -f; $(VENV_PY) -m pip install $$TORCH_SPEC; \
@@ -67,14 +77,32 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks/ $(ALLOW_ROOT) $(LAB_ARGS)
 
 test: setup
-	$(KERNEL_ENV) $(VENV_PY) -m pytest tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -p no:cacheprovider $(PYTEST_ARGS)
+	env $(KERNEL_ENV) $(VENV_PY) -m pytest tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -p no:cacheprovider $(PYTEST_ARGS)
 
+# Both run, so one report lists every lint and format error; either fails the target.
+lint: setup
+	@status=0; \
+	echo "+ ruff check ."; $(VENV)/bin/ruff check . || status=1; \
+	echo "+ ruff format --check ."; $(VENV)/bin/ruff format --check . || status=1; \
+	exit $$status
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+# nbclient's `jupyter execute` runs each notebook top to bottom in a fresh kernel started in
+# the notebook's folder and writes it back only if no cell failed; nbstripout then cleans the metadata.
 notebooks: setup
-ifeq ($(NOTEBOOK_DIRS),)
-	@echo "No notebooks/ folder: nothing to execute."
+ifeq ($(strip $(NOTEBOOKS)),)
+	@echo "No notebooks to execute."
 else
-	$(VENV_PY) scripts/execute_notebooks.py $(NOTEBOOK_DIRS)
+	env $(KERNEL_ENV) $(VENV)/bin/jupyter execute --inplace --kernel_name=python3 --timeout=600 \
+		--startup_timeout=120 $(NOTEBOOKS)
+	$(MAKE) --no-print-directory clean-notebook-metadata NOTEBOOKS="$(NOTEBOOKS)"
 endif
+
+# Also the pre-commit hook for notebooks (.pre-commit-config.yaml), so both clean alike.
+clean-notebook-metadata: setup
+	$(if $(strip $(NOTEBOOKS)),$(VENV)/bin/nbstripout $(NBSTRIPOUT_ARGS) $(NOTEBOOKS))
 
 colab-check:
 	PYTHON=$(PYTHON) scripts/colab_like_check.sh
@@ -86,7 +114,7 @@ bench-explorers: setup
 	$(VENV_PY) benchmarks/bench_explorers.py
 
 clean:
-	rm -rf build dist .pytest_cache .hypothesis
+	rm -rf build dist .pytest_cache .hypothesis .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -prune -exec rm -rf {} + \
 		-o -name __pycache__ -prune -exec rm -rf {} +
 

@@ -6,16 +6,18 @@
 # 1. creates a fresh venv in a temporary folder;
 # 2. builds a wheel of the package with that venv's Python, from a copy of the sources
 #    (the repo is not touched);
-# 3. installs into the venv, in this order: torch==2.13.0 (first and on its own, so that
-#    nothing pulls another torch build), ipywidgets==7.7.1 (what Colab ships), the wheel,
-#    nbclient and ipykernel;
+# 3. installs into the venv, in this order: requirements/torch-cpu.txt (the default torch,
+#    first and on its own, so that nothing pulls another torch build), ipywidgets==7.7.1
+#    (what Colab ships), the wheel, nbclient and ipykernel;
 # 4. from a temporary working directory (so the source tree cannot be imported), executes
 #    in a fresh kernel of that venv, with matplotlib's default backend in a kernel (the
-#    inline one, as on Colab: no MPLBACKEND is set):
+#    inline one, as on Colab: no MPLBACKEND is set) and the kernel environment of
+#    scripts/kernel.env:
 #    - a generated smoke notebook that imports the wheel, checks it is the installed copy,
-#      displays every explorer and moves its controls;
-#    - every notebook in notebooks/ and notebooks/solutions/ (if any), each with a last cell
-#      appended that prints the ipywidgets version the kernel really imported.
+#      displays every registered lesson's explorer and moves its controls;
+#    - every lesson's notebook and solutions notebook, as the wheel's registry
+#      (mhsa_helpers.lessons.LESSONS) lists them, each with a last cell appended that prints
+#      the ipywidgets version the kernel really imported.
 # Any cell error fails the check (exit status 1). The temporary folder is removed at the end
 # (KEEP=1 keeps it).
 set -euo pipefail
@@ -42,8 +44,8 @@ find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 "$venv_py" -m pip wheel --quiet --no-deps --wheel-dir "$work/dist" "$work/src"
 wheel="$(ls "$work"/dist/mhsa_helpers-*.whl)"
 echo "built $(basename "$wheel")"
-echo "+ pip install torch==2.13.0"
-"$venv_py" -m pip install --quiet "torch==2.13.0"
+echo "+ pip install -r requirements/torch-cpu.txt"
+"$venv_py" -m pip install --quiet -r "$repo/requirements/torch-cpu.txt"
 echo "+ pip install ipywidgets==7.7.1"
 "$venv_py" -m pip install --quiet "ipywidgets==7.7.1"
 echo "+ pip install <wheel> nbclient ipykernel (ipywidgets kept at 7.7.1)"
@@ -53,7 +55,9 @@ echo "+ pip install <wheel> nbclient ipykernel (ipywidgets kept at 7.7.1)"
 export JUPYTER_DATA_DIR="$work/jupyter-data"
 export JUPYTER_CONFIG_DIR="$work/jupyter-config"
 export JUPYTER_PATH="$work/jupyter-data"
-export PYTHONHASHSEED=0 SOURCE_DATE_EPOCH=0
+set -a
+. "$repo/scripts/kernel.env"
+set +a
 # No MPLBACKEND: the kernels pick matplotlib-inline, as Colab's do.
 unset PYTHONPATH MPLBACKEND
 "$venv_py" -m ipykernel install --user --name python3 --display-name "Python 3 (colab-like)" >/dev/null
@@ -66,7 +70,6 @@ cd "$work/run"
 
 echo "== executing"
 "$venv_py" - "$work/run" "$wheel" <<'PY'
-import glob
 import os
 import sys
 import time
@@ -87,41 +90,41 @@ VERSION_CELL = (
 
 SMOKE_CELLS = [
     "import os, sys, ipywidgets, torch, mhsa_helpers\n"
-    "from mhsa_helpers import explorers, plots\n"
+    "from mhsa_helpers.lessons import LESSONS\n"
+    "from mhsa_helpers.lessons.multi_head import heads_explorer\n"
+    "from mhsa_helpers.teaching.explorer import nearby_value, open_explorers\n"
+    "from mhsa_helpers.teaching.figures import attention_heatmap\n"
     "assert ipywidgets.__version__ == '7.7.1', ipywidgets.__version__\n"
     f"assert mhsa_helpers.__file__.startswith({venv_prefix!r}), mhsa_helpers.__file__\n"
     "print('torch', torch.__version__, '| ipywidgets', ipywidgets.__version__)",
-    # Every explorer, displayed, then every control moved (as a slider would).
+    # Every registered explorer, displayed, then every control moved (as a slider would).
     "from IPython.display import display\n"
     "registered = len(ipywidgets.Widget.widgets)  # ipywidgets 7's registry of open widgets\n"
     "made = []\n"
-    "for make in [explorers.qkv_explorer, explorers.scaling_explorer, explorers.masking_explorer,\n"
-    "             explorers.heads_explorer, explorers.rope_explorer, explorers.mhsa_explorer]:\n"
-    "    e = make()\n"
+    "for lesson in LESSONS:\n"
+    "    if lesson.explorer is None:\n"
+    "        continue\n"
+    "    e = lesson.explorer()\n"
     "    display(e)\n"
     "    made.append(e)\n"
     "    for name, control in e.controls.items():\n"
-    "        if control.disabled:\n"
+    "        value = nearby_value(control)\n"
+    "        if control.disabled or value is None:\n"
     "            continue\n"
     "        before = e.redraw_count\n"
-    "        if isinstance(control, ipywidgets.Checkbox):\n"
-    "            control.value = not control.value\n"
-    "        elif hasattr(control, 'options'):\n"
-    "            values = [o[1] if isinstance(o, tuple) else o for o in control.options]\n"
-    "            control.value = values[-1] if control.value != values[-1] else values[0]\n"
-    "        else:\n"
-    "            control.value = control.max if control.value != control.max else control.min\n"
-    "        assert e.redraw_count == before + 1, (make.__name__, name)\n"
-    "    print(make.__name__, 'ok:', e.data['caption'])",
-    "h = explorers.heads_explorer()\n"
+    "        control.value = value\n"
+    "        assert e.redraw_count == before + 1, (lesson.slug, name)\n"
+    "    print(lesson.slug, 'explorer ok:', e.data['caption'])\n"
+    "assert made, 'no lesson has an explorer'",
+    "h = heads_explorer()\n"
     "h.controls['num_heads'].value = 4\n"
     "assert h.data['weights'].shape == (4, 6, 6) and h.data['caption'].startswith('4 heads, seq 6')\n"
     "import matplotlib.pyplot as plt\n"
     "assert plt.get_fignums() == [], plt.get_fignums()\n"
-    "plots.attention_heatmap(h.data['weights'][0], query_tokens=h.data['tokens'], key_tokens=h.data['tokens'])\n"
+    "attention_heatmap(h.data['weights'][0], query_tokens=h.data['tokens'], key_tokens=h.data['tokens'])\n"
     "plt.show()",
     "try:\n"
-    "    explorers.heads_explorer(num_heads=5)\n"
+    "    heads_explorer(num_heads=5)\n"
     "except ValueError as error:\n"
     "    assert 'num_heads' in str(error)\n"
     "else:\n"
@@ -130,7 +133,8 @@ SMOKE_CELLS = [
     "for e in made + [h]:\n"
     "    e.close()\n"
     "assert len(ipywidgets.Widget.widgets) == registered, (len(ipywidgets.Widget.widgets), registered)\n"
-    "assert all(len(e._layouts) == 0 for e in made)",
+    "assert all(len(e._layouts) == 0 for e in made)\n"
+    "assert open_explorers() == [], open_explorers()",
 ]
 
 
@@ -156,25 +160,25 @@ smoke = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in SM
 smoke.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
 try:
     run(smoke, "<smoke: import the wheel, display and move every explorer>", run_dir)
-except Exception as error:  # noqa: BLE001 - report and carry on with the notebooks
+except Exception as error:  # report and carry on with the notebooks
     failures += 1
     print(f"FAIL <smoke>: {type(error).__name__}: {error}", flush=True)
 
-notebooks = sorted(
-    p for p in glob.glob(os.path.join(run_dir, "notebooks", "**", "*.ipynb"), recursive=True)
-    if ".ipynb_checkpoints" not in p
-)
+# The installed wheel's registry names the notebooks (paths relative to the repository's root).
+from mhsa_helpers.lessons import LESSONS
+
+notebooks = [str(p) for lesson in LESSONS for p in (lesson.notebook, lesson.solutions) if p is not None]
 if not notebooks:
-    print("no notebooks/ yet: only the smoke notebook was run")
-for path in notebooks:
-    rel = os.path.relpath(path, run_dir)
+    print("the registry lists no lessons: only the smoke notebook was run")
+for rel in notebooks:
+    path = os.path.join(run_dir, rel)
     try:
         run(nbformat.read(path, as_version=4), rel, os.path.dirname(path))
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # a missing notebook fails here too
         failures += 1
         print(f"FAIL {rel}: {type(error).__name__}: {str(error)[-2000:]}", flush=True)
 
-import ipywidgets  # noqa: E402
+import ipywidgets
 
 print(f"ipywidgets used: {ipywidgets.__version__}; notebooks run: {len(notebooks)}; failures: {failures}")
 sys.exit(1 if failures else 0)

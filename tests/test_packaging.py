@@ -1,28 +1,20 @@
-"""pyproject.toml and environment.yml must describe the same environment.
+"""One place for each set-up fact, and every install route reads it.
 
-pip users install from pyproject.toml (``make setup``), conda users from
-environment.yml. These tests fail as soon as the two disagree: a dependency
-added to, dropped from or re-constrained in one file only.
-
-What is compared:
-
-* pyproject: ``[project] dependencies`` plus every optional-dependency extra
-  (``dev`` and ``lab``), merged by name;
-* environment.yml: every conda dependency plus the entries of its ``pip:``
-  section, except ``python`` (compared with ``requires-python`` instead),
-  ``pip`` itself and the editable install of the project (``-e .``).
-
-Conda package names are translated with ``CONDA_TO_PYPI`` below. Environment
-markers (e.g. ``tomli; python_version < '3.11'``) are dropped before the
-comparison, since conda cannot express them. Version constraints are
-compared as PEP 440 specifier sets, so ``>=7.6,<9`` equals ``<9,>=7.6``;
-conda's single ``=`` (which means "this version or any sub-version") is
-refused, to keep both files in the same notation.
+* The dependency lists live in pyproject.toml only: environment.yml gives conda
+  Python and pip, and pip installs the project itself (``-e .[dev]``).
+* The default torch build is written once, in requirements/torch-cpu.txt, as an
+  exact version (a bare ``torch`` or an open range makes pip fetch a CUDA build);
+  the Makefile, environment.yml and the Colab-like check install from that file,
+  and pyproject.toml keeps a lower bound only.
+* The notebook kernels' environment is written once, in scripts/kernel.env; the
+  Makefile and the Colab-like check read it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,143 +31,79 @@ except ModuleNotFoundError:  # pragma: no cover - exercised on Python < 3.11
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 ENVIRONMENT = ROOT / "environment.yml"
-
-# conda-forge name -> PyPI name, for the packages whose names differ.
-CONDA_TO_PYPI = {
-    "pytorch": "torch",
-    "python-build": "build",
-    "playwright-python": "playwright",
-}
-
-# environment.yml entries that are not project dependencies.
-CONDA_NON_DEPENDENCIES = {"python", "pip"}
-
-_CONDA_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>.*)$")
+TORCH_REQUIREMENTS = "requirements/torch-cpu.txt"
+KERNEL_ENV = "scripts/kernel.env"
+COLAB_CHECK = ROOT / "scripts" / "colab_like_check.sh"
+# The files that install something or start kernels (README prose is not among them).
+TOOLING = [ROOT / "Makefile", ENVIRONMENT, ROOT / ".ci" / "run", *sorted((ROOT / "scripts").iterdir())]
 
 
-# -- loading ---------------------------------------------------------------
-
-
-def load_pyproject(path: Path = PYPROJECT) -> dict:
-    with path.open("rb") as f:
+def load_pyproject() -> dict:
+    with PYPROJECT.open("rb") as f:
         return tomllib.load(f)
 
 
-def load_environment(path: Path = ENVIRONMENT) -> dict:
-    with path.open(encoding="utf-8") as f:
+def load_environment() -> dict:
+    with ENVIRONMENT.open(encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-def _add(deps: dict[str, SpecifierSet], name: str, spec: SpecifierSet, origin: str) -> None:
-    key = canonicalize_name(name)
-    if key in deps and deps[key] != spec:
-        raise AssertionError(
-            f"{origin}: {name} is listed twice with different constraints: "
-            f"{deps[key]!s} and {spec!s}"
-        )
-    deps[key] = spec
+def requirement_lines(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line]
 
 
-def pyproject_dependencies(pyproject: dict) -> dict[str, SpecifierSet]:
-    """name -> specifier set, over the runtime dependencies and all extras."""
-    project = pyproject["project"]
-    requirements = list(project.get("dependencies", []))
-    for extra in project.get("optional-dependencies", {}).values():
-        requirements.extend(extra)
-    deps: dict[str, SpecifierSet] = {}
-    for line in requirements:
-        req = Requirement(line)
-        _add(deps, req.name, req.specifier, "pyproject.toml")
-    return deps
+def make_variable(name: str) -> str:
+    """The value `make` gives ``name`` (nothing is built: only an echo runs)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_SPEC", "MAKEFLAGS", "MAKELEVEL")}
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-s", "--eval", f"show-variable: ; @echo $({name})", "show-variable"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
 
 
-def parse_conda_spec(entry: str) -> tuple[str, SpecifierSet]:
-    """'ipywidgets >=7.6,<9' -> ('ipywidgets', SpecifierSet('>=7.6,<9'))."""
-    match = _CONDA_SPEC.match(entry.strip())
-    if match is None:
-        raise AssertionError(f"environment.yml: cannot parse dependency {entry!r}")
-    name, spec = match["name"], re.sub(r"\s+", "", match["spec"])
-    if re.search(r"(^|,)=[^=]", spec) or "=" == spec:
-        raise AssertionError(
-            f"environment.yml: {entry!r} uses conda's single '='; "
-            "write PEP 440 operators (>=, ==, <, ...) as in pyproject.toml"
-        )
-    if "|" in spec or "*" in spec:
-        raise AssertionError(
-            f"environment.yml: {entry!r} uses conda-only syntax; "
-            "write PEP 440 operators as in pyproject.toml"
-        )
-    return name, SpecifierSet(spec)
+def dry_run(*targets: str) -> str:
+    """The commands `make -n` would run for ``targets`` (nothing is run)."""
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", *targets], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
-def environment_dependencies(env: dict) -> tuple[dict[str, SpecifierSet], SpecifierSet]:
-    """(name -> specifier set with PyPI names, python's specifier set)."""
-    deps: dict[str, SpecifierSet] = {}
-    python_spec = None
-    for entry in env["dependencies"]:
-        if isinstance(entry, dict):
-            assert set(entry) == {"pip"}, f"environment.yml: unexpected entry {entry!r}"
-            for line in entry["pip"]:
-                line = line.strip()
-                if line.startswith("-"):  # -e ., --option: not a dependency
-                    continue
-                req = Requirement(line)
-                _add(deps, req.name, req.specifier, "environment.yml (pip)")
-            continue
-        name, spec = parse_conda_spec(str(entry))
-        if name == "python":
-            python_spec = spec
-        if name in CONDA_NON_DEPENDENCIES:
-            continue
-        _add(deps, CONDA_TO_PYPI.get(name, name), spec, "environment.yml")
-    assert python_spec is not None, "environment.yml must list python"
-    return deps, python_spec
-
-
-def _fmt(deps: dict[str, SpecifierSet]) -> list[str]:
-    return sorted(f"{name}{spec}" for name, spec in deps.items())
-
-
-def drift(pyproject: dict, env: dict) -> list[str]:
-    """Human-readable differences between the two files; empty if in sync."""
-    expected = pyproject_dependencies(pyproject)
-    actual, _ = environment_dependencies(env)
-    problems = []
-    only_pyproject = {n: s for n, s in expected.items() if n not in actual}
-    only_environment = {n: s for n, s in actual.items() if n not in expected}
-    if only_pyproject:
-        problems.append(f"only in pyproject.toml: {_fmt(only_pyproject)}")
-    if only_environment:
-        problems.append(f"only in environment.yml: {_fmt(only_environment)}")
-    for name in sorted(expected.keys() & actual.keys()):
-        if expected[name] != actual[name]:
-            problems.append(
-                f"{name}: pyproject.toml says {expected[name]!s} "
-                f"but environment.yml says {actual[name]!s}"
-            )
-    return problems
-
-
-# -- the tests ---------------------------------------------------------------
-
-
-def test_environment_yml_matches_pyproject():
-    problems = drift(load_pyproject(), load_environment())
-    assert not problems, "pyproject.toml and environment.yml drifted:\n" + "\n".join(problems)
+# -- environment.yml ---------------------------------------------------------
 
 
 def test_environment_python_matches_requires_python():
     pyproject = load_pyproject()
-    _, python_spec = environment_dependencies(load_environment())
-    assert python_spec == SpecifierSet(pyproject["project"]["requires-python"])
+    (python,) = [entry for entry in load_environment()["dependencies"] if str(entry).startswith("python ")]
+    assert SpecifierSet(python.split(" ", 1)[1].replace(" ", "")) == SpecifierSet(
+        pyproject["project"]["requires-python"]
+    )
 
 
 def test_environment_uses_conda_forge():
     assert load_environment()["channels"] == ["conda-forge"]
 
 
+def test_environment_installs_the_project_itself_with_pip():
+    """Nothing to keep in step: conda gives Python and pip, pip installs the default torch
+    from its one file and then the project with its dev extra (which includes lab)."""
+    dependencies = load_environment()["dependencies"]
+    conda = [str(entry).split(" ")[0] for entry in dependencies if not isinstance(entry, dict)]
+    assert sorted(conda) == ["pip", "python"], f"conda installs only Python and pip, got {conda}"
+    (pip_section,) = [entry["pip"] for entry in dependencies if isinstance(entry, dict)]
+    assert pip_section == [f"-r {TORCH_REQUIREMENTS}", "-e .[dev]"]
+
+
+# -- torch -------------------------------------------------------------------
+
+
 def test_torch_is_a_lower_bound_only():
-    """Never pin torch: the set-up installs a torch build suited to the
+    """pyproject.toml never pins torch: the set-up installs a torch build suited to the
     machine first (CPU wheel, CUDA build, ...) and the package must accept it.
     An upper bound or an exact version would make pip replace it."""
     project = load_pyproject()["project"]
@@ -192,9 +120,77 @@ def test_torch_is_a_lower_bound_only():
     assert not req.extras and req.url is None and req.marker is None, str(req)
     operators = [spec.operator for spec in req.specifier]
     assert operators, "torch needs a lower bound (e.g. torch>=2.2)"
-    assert all(op in (">=", ">") for op in operators), (
-        f"torch must only have a lower bound, got {req.specifier!s}"
-    )
+    assert all(op in (">=", ">") for op in operators), f"torch must only have a lower bound, got {req.specifier!s}"
+
+
+def test_default_torch_is_one_exact_version_the_package_accepts():
+    lines = requirement_lines(ROOT / TORCH_REQUIREMENTS)
+    assert len(lines) == 1, f"{TORCH_REQUIREMENTS} holds the torch requirement only, got {lines}"
+    req = Requirement(lines[0])
+    assert canonicalize_name(req.name) == "torch"
+    (spec,) = req.specifier
+    assert spec.operator == "==" and "*" not in spec.version, f"the default torch must be exact, got {req}"
+    (declared,) = [Requirement(r) for r in load_pyproject()["project"]["dependencies"] if r.startswith("torch")]
+    assert declared.specifier.contains(spec.version), f"{req} does not meet pyproject's {declared}"
+
+
+def test_every_install_route_reads_the_torch_file():
+    assert make_variable("TORCH_SPEC") == f"-r {TORCH_REQUIREMENTS}"
+    assert f'-r "$repo/{TORCH_REQUIREMENTS}"' in COLAB_CHECK.read_text(encoding="utf-8")
+    # environment.yml: test_environment_installs_the_project_itself_with_pip.
+
+
+def test_no_tooling_file_names_a_torch_version_of_its_own():
+    version = re.compile(r"torch\s*(==|>=|<=|~=|!=|<|>)\s*\d")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in TOOLING
+        if path.is_file()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if version.search(line.split("#", 1)[0])
+    ]
+    assert not offenders, f"write the default torch in {TORCH_REQUIREMENTS} only:\n" + "\n".join(offenders)
+
+
+# -- the kernels' environment -----------------------------------------------
+
+
+def kernel_env() -> dict[str, str]:
+    pairs = [line.split("=", 1) for line in requirement_lines(ROOT / KERNEL_ENV)]
+    assert all(len(pair) == 2 and re.fullmatch(r"[A-Z_]+", pair[0]) for pair in pairs), pairs
+    return dict(pairs)
+
+
+def test_kernel_environment_makes_runs_repeatable():
+    env = kernel_env()
+    assert env.get("PYTHONHASHSEED") == "0", "set iteration order must not change between runs"
+    assert env.get("SOURCE_DATE_EPOCH") == "0", "figure metadata must not carry the date"
+
+
+def test_make_gives_the_kernel_environment_to_nbval_and_to_re_execution():
+    expected = " ".join(f"{k}={v}" for k, v in kernel_env().items())
+    assert make_variable("KERNEL_ENV") == expected
+    test_commands = [line for line in dry_run("test").splitlines() if "-m pytest" in line]
+    assert len(test_commands) == 1 and f"env {expected} " in test_commands[0], test_commands
+    execute = [line for line in dry_run("notebooks", "NOTEBOOKS=x.ipynb").splitlines() if "jupyter execute" in line]
+    assert len(execute) == 1 and f"env {expected} " in execute[0], execute
+
+
+def test_no_tooling_file_sets_a_kernel_variable_of_its_own():
+    names = "|".join(kernel_env())
+    setting = re.compile(rf"\b({names})\s*=")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in TOOLING
+        if path.is_file() and path != ROOT / KERNEL_ENV
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if setting.search(line)
+    ]
+    assert not offenders, f"write the kernels' environment in {KERNEL_ENV} only:\n" + "\n".join(offenders)
+    assert f'. "$repo/{KERNEL_ENV}"' in COLAB_CHECK.read_text(encoding="utf-8")
+
+
+# -- pyproject.toml ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["runtime", "dev", "lab"])
@@ -216,50 +212,12 @@ def test_lab_extra_is_part_of_dev():
         )
 
 
-def test_drift_is_detected():
-    """The comparison itself must be able to fail (checked on made-up files,
-    so that this test fails only if the checking code is broken)."""
-    pyproject = {
-        "project": {
-            "requires-python": ">=3.9",
-            "dependencies": ["torch>=2.2", "ipywidgets>=7.6,<9"],
-            "optional-dependencies": {
-                "dev": ["pytest>=7", "build", "tomli; python_version < '3.11'"],
-                "lab": ["pytest>=7"],
-            },
-        }
-    }
-    env = {
-        "channels": ["conda-forge"],
-        "dependencies": [
-            "python >=3.9",
-            "pytorch >=2.2",
-            "ipywidgets >=7.6,<9",
-            "pytest >=7",
-            "python-build",
-            "tomli",
-            "pip",
-            {"pip": ["-e ."]},
-        ],
-    }
-    assert drift(pyproject, env) == []
-
-    # a dependency added to one file only
-    pyproject["project"]["dependencies"].append("scipy>=1.10")
-    assert drift(pyproject, env) == ["only in pyproject.toml: ['scipy>=1.10']"]
-    env["dependencies"].append({"pip": ["scipy>=1.10"]})
-    env["dependencies"].append("pandas")
-    assert drift(pyproject, env) == ["only in environment.yml: ['pandas']"]
-    env["dependencies"].remove("pandas")
-    assert drift(pyproject, env) == []
-
-    # a constraint changed in one file only (order of the clauses is irrelevant)
-    env["dependencies"][2] = "ipywidgets <9,>=7.5"
-    assert drift(pyproject, env) == [
-        "ipywidgets: pyproject.toml says <9,>=7.6 but environment.yml says <9,>=7.5"
-    ]
-
-    # conda-only notation is refused rather than misread
-    with pytest.raises(AssertionError, match="single '='"):
-        parse_conda_spec("numpy =1.26")
-    assert parse_conda_spec("pytorch >=2.2") == ("pytorch", SpecifierSet(">=2.2"))
+def test_dev_extra_has_the_tools_make_and_the_hooks_run():
+    dev = {canonicalize_name(Requirement(r).name) for r in load_pyproject()["project"]["optional-dependencies"]["dev"]}
+    called = set(re.findall(r"\$\(VENV\)/bin/([a-z][\w-]*)", (ROOT / "Makefile").read_text(encoding="utf-8")))
+    called |= set(re.findall(r"\.venv/bin/([a-z][\w-]*)", (ROOT / ".pre-commit-config.yaml").read_text("utf-8")))
+    called.discard("python")  # the venv's own
+    provided_by = {"jupyter": "jupyterlab"}
+    missing = sorted(tool for tool in called if provided_by.get(tool, tool) not in dev)
+    assert called >= {"ruff", "mypy", "nbstripout", "jupyter"}, called
+    assert not missing, f"called from .venv/bin but not in the dev extra: {missing}"
