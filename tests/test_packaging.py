@@ -53,25 +53,21 @@ def requirement_lines(path: Path) -> list[str]:
     return [line for line in lines if line]
 
 
+def make(*args: str) -> str:
+    """What `make` prints, with the defaults of the Makefile (not those of a make that runs these tests)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_SPEC", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    command = ["make", "--no-print-directory", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+
+
 def make_variable(name: str) -> str:
     """The value `make` gives ``name`` (nothing is built: only an echo runs)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_SPEC", "MAKEFLAGS", "MAKELEVEL")}
-    result = subprocess.run(
-        ["make", "--no-print-directory", "-s", "--eval", f"show-variable: ; @echo $({name})", "show-variable"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return result.stdout.strip()
+    return make("-s", "--eval", f"show-variable: ; @echo $({name})", "show-variable").strip()
 
 
 def dry_run(*targets: str) -> str:
     """The commands `make -n` would run for ``targets`` (nothing is run)."""
-    return subprocess.run(
-        ["make", "--no-print-directory", "-n", *targets], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    return make("-n", *targets)
 
 
 # -- environment.yml ---------------------------------------------------------
