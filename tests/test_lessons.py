@@ -7,7 +7,6 @@ lesson folder without a notebook fail: the facts are read from the files themsel
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
 import io
@@ -152,37 +151,6 @@ def test_every_checker_accepts_the_solutions_notebooks_answer(item):
         result = checker(namespace[answers[checker.__name__]], verbose=False)
         assert result.correct, result.message
         assert checker(stub, verbose=False).status == "not_attempted"
-
-
-# ------------------------------------------------------------------ the package's layering
-
-
-def test_core_never_imports_the_teaching_scaffolding():
-    code = (
-        "import sys, mhsa_helpers\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith(('mhsa_helpers.teaching', 'mhsa_helpers.lessons')))\n"
-        "print(loaded)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]"
-    for path in PACKAGE.glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                module = node.module or ""
-                assert not re.match(r"(mhsa_helpers\.)?(teaching|lessons)\b", module), f"{path.name}: {module}"
-                assert not (node.level and any(a.name in ("teaching", "lessons") for a in node.names)), path.name
-
-
-def test_no_module_imports_an_underscore_name_from_another():
-    offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                if private:
-                    offenders.append(f"{path.relative_to(ROOT)}: from {'.' * node.level}{node.module} import {private}")
-    assert not offenders, "\n".join(offenders)
 
 
 # ------------------------------------------------------------------ the README's table
