@@ -1,0 +1,149 @@
+"""The model of notebook 07: a two-layer attention-only Transformer built from the package.
+
+::
+
+    x = embed(tokens) (+ pos_embed(positions))          # (batch, seq, d_model)
+    for layer in layers:                                # MultiHeadSelfAttention(causal=True)
+        out, weights = layer(x, need_weights=True)
+        x = x + out                                     # the residual stream
+    logits = unembed(x)                                 # (batch, seq, vocab)
+
+No MLPs and no layer norms: every computation is attention, so what the model learned is
+visible in its attention weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from mhsa_helpers import MultiHeadSelfAttention
+
+__all__ = ["POSITIONS", "AttentionOnlyTransformer"]
+
+#: Where the model gets positional information: learned absolute position embeddings, or RoPE.
+POSITIONS = ("learned", "rope")
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
+    return value
+
+
+class AttentionOnlyTransformer(nn.Module):
+    """Token embedding, positions, ``num_layers`` causal attention layers with residuals, unembedding.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: width of the residual stream.
+        num_heads: heads per layer; must divide ``d_model`` (and give an even ``d_head`` with RoPE).
+        num_layers: attention layers (2 for induction heads).
+        max_seq_len: longest sequence (size of the learned position table).
+        positions: ``"learned"`` (a learned embedding added to the tokens) or ``"rope"``
+            (rotary embeddings inside every attention layer).
+
+    Call: ``model(tokens, ablate=())`` with ``tokens (batch, seq)`` int64 returns
+    ``(logits, weights)``: ``logits (batch, seq, vocab)`` and a list with one
+    ``(batch, heads, seq, seq)`` attention tensor per layer. ``ablate`` is an iterable of
+    ``(layer, head)`` pairs whose output is zeroed before the layer's output projection.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        *,
+        num_layers: int = 2,
+        max_seq_len: int = 64,
+        positions: str = "learned",
+    ) -> None:
+        super().__init__()
+        _check_int("vocab_size", vocab_size, 2)
+        _check_int("d_model", d_model, 1)
+        _check_int("num_heads", num_heads, 1)
+        _check_int("num_layers", num_layers, 1)
+        _check_int("max_seq_len", max_seq_len, 1)
+        if d_model % num_heads:
+            raise ValueError(
+                f"num_heads must divide d_model: expected d_model % num_heads == 0, "
+                f"got d_model={d_model}, num_heads={num_heads}"
+            )
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(map(repr, POSITIONS))}, got {positions!r}")
+        self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
+        self.max_seq_len, self.positions = max_seq_len, positions
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
+        rope = positions == "rope"
+        self.layers = nn.ModuleList(
+            MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, max_seq_len=max_seq_len)
+            for _ in range(num_layers)
+        )
+        self.unembed = nn.Linear(d_model, vocab_size)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.num_heads
+
+    def forward(
+        self, tokens: torch.Tensor, ablate: Iterable[tuple[int, int]] = ()
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``tokens (batch, seq)`` -> ``(logits (batch, seq, vocab), [weights (batch, heads, seq, seq)] * layers)``."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"tokens must be an int64 tensor of shape (batch, seq), got {_describe(tokens)}")
+        if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.max_seq_len:
+            raise ValueError(
+                f"tokens must have shape (batch, seq) with 1 <= seq <= max_seq_len={self.max_seq_len}, "
+                f"got shape {tuple(tokens.shape)}"
+            )
+        silenced = self._check_ablate(ablate)
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(tokens.shape[1], device=tokens.device))
+        all_weights = []
+        for index, layer in enumerate(self.layers):
+            heads = [head for (at, head) in silenced if at == index]
+            hook = layer.out_proj.register_forward_pre_hook(self._zero_heads(heads)) if heads else None
+            try:
+                out, weights = layer(x, need_weights=True)
+            finally:
+                if hook is not None:
+                    hook.remove()
+            x = x + out
+            all_weights.append(weights)
+        return self.unembed(x), all_weights
+
+    def _check_ablate(self, ablate: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        pairs = list(ablate)
+        for pair in pairs:
+            ok = isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(i, int) for i in pair)
+            if not ok or not (0 <= pair[0] < len(self.layers) and 0 <= pair[1] < self.num_heads):
+                raise ValueError(
+                    f"ablate must hold (layer, head) pairs with 0 <= layer < {len(self.layers)} and "
+                    f"0 <= head < {self.num_heads}, got {pair!r}"
+                )
+        return pairs
+
+    def _zero_heads(self, heads: list[int]):
+        d_head = self.d_head
+
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
+            # The output projection sees the heads side by side, head h in columns h*d_head .. (h+1)*d_head.
+            merged = inputs[0].clone()
+            for head in heads:
+                merged[..., head * d_head : (head + 1) * d_head] = 0
+            return (merged,)
+
+        return hook
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of dtype {value.dtype} and shape {tuple(value.shape)}"
+    return type(value).__name__
