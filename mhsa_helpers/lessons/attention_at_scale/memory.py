@@ -1,0 +1,247 @@
+"""What the KV cache costs: a calculator, and the published configurations of a few open models.
+
+While generating, every layer keeps the keys and the values of every earlier token, for
+every key/value head::
+
+    bytes = 2 (K and V) × layers × kv_heads × head_dim × tokens × batch × bytes_per_element
+
+Query heads do not appear: grouped-query attention (GQA) lets several query heads share one
+key/value head, and multi-query attention (MQA) lets all of them share a single one, which
+divides the cache by ``num_heads / num_kv_heads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
+
+import torch
+
+from ...checks import check_choice, check_divisible, check_positive_int
+
+__all__ = [
+    "BYTES_PER_ELEMENT",
+    "PRESETS",
+    "CacheVariant",
+    "ModelConfig",
+    "bytes_per_element",
+    "format_bytes",
+    "kv_cache_bytes",
+    "kv_cache_bytes_for",
+    "kv_cache_variants",
+]
+
+BYTES_PER_ELEMENT: Mapping[str, int] = MappingProxyType(
+    {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1, "int8": 1}
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The attention shape of a model: what the KV cache's size depends on.
+
+    ``num_kv_heads`` must divide ``num_heads``: equal for multi-head attention (MHA),
+    1 for multi-query attention (MQA), in between for grouped-query attention (GQA).
+    ``source`` says where the numbers were published.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
+            check_positive_int(field, getattr(self, field))
+        if self.num_kv_heads > self.num_heads:
+            raise ValueError(
+                f"num_kv_heads must be <= num_heads (several query heads share one key/value head), "
+                f"got num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}"
+            )
+        check_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)
+
+    @property
+    def attention(self) -> str:
+        """``"MHA"``, ``"GQA"`` or ``"MQA"``, from ``num_kv_heads``."""
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+
+# Published configurations. head_dim = hidden size / num_heads for each of them.
+PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
+    {
+        # openai/gpt-2, src/model.py, default_hparams(): n_layer=12, n_head=12, n_embd=768 (the
+        # 124M model); past_shape() there caches [2, n_head, sequence, n_embd // n_head] per layer.
+        "GPT-2 small": ModelConfig(
+            name="GPT-2 small",
+            num_layers=12,
+            num_heads=12,
+            num_kv_heads=12,
+            head_dim=64,
+            source="openai/gpt-2, src/model.py (default_hparams)",
+        ),
+        # meta-llama/Llama-2-7b-hf, config.json: hidden_size=4096, num_hidden_layers=32,
+        # num_attention_heads=32, num_key_value_heads=32; meta-llama/llama, MODEL_CARD.md: GQA only
+        # for 70B. (meta-llama/llama-models' sku_list.py says n_kv_heads=8 for every Llama 2 size,
+        # against both; it is not used for this preset.)
+        "Llama-2-7B": ModelConfig(
+            name="Llama-2-7B",
+            num_layers=32,
+            num_heads=32,
+            num_kv_heads=32,
+            head_dim=128,
+            source="meta-llama/Llama-2-7b-hf, config.json; meta-llama/llama, MODEL_CARD.md",
+        ),
+        # meta-llama/llama-models, models/sku_list.py, llama2_base_models(), Llama 2 70b: dim=8192,
+        # n_layers=80, n_heads=64, n_kv_heads=8; meta-llama/llama, MODEL_CARD.md: "The 70B version
+        # uses Grouped-Query Attention (GQA)".
+        "Llama-2-70B": ModelConfig(
+            name="Llama-2-70B",
+            num_layers=80,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            source="meta-llama/llama-models, models/sku_list.py; meta-llama/llama, MODEL_CARD.md",
+        ),
+        # meta-llama/llama-models, models/sku_list.py, llama3_base_models(), Llama 3 8b: dim=4096,
+        # n_layers=32, n_heads=32, n_kv_heads=8 (as in meta-llama/Meta-Llama-3-8B-Instruct's config.json).
+        "Llama-3-8B": ModelConfig(
+            name="Llama-3-8B",
+            num_layers=32,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            source="meta-llama/llama-models, models/sku_list.py; meta-llama/Meta-Llama-3-8B-Instruct, config.json",
+        ),
+        # mistralai/Mistral-7B-v0.1, config.json: hidden_size=4096, num_hidden_layers=32,
+        # num_attention_heads=32, num_key_value_heads=8 (Mistral 7B paper, table 1: head_dim=128).
+        # Its 4096-token sliding window lets mistral-inference cap the cache at 4096 tokens (a
+        # rolling buffer); the formula here counts every token, as a cache without that cap does.
+        "Mistral-7B-v0.1": ModelConfig(
+            name="Mistral-7B-v0.1",
+            num_layers=32,
+            num_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            source="mistralai/Mistral-7B-v0.1, config.json",
+        ),
+    }
+)
+
+
+def bytes_per_element(dtype: str | torch.dtype) -> int:
+    """Bytes of one cached number: ``"float32"`` 4, ``"float16"``/``"bfloat16"`` 2, ``"float8"``/``"int8"`` 1,
+    or the size of a ``torch.dtype``."""
+    if isinstance(dtype, torch.dtype):
+        return torch.empty((), dtype=dtype).element_size()
+    check_choice("dtype", dtype, tuple(BYTES_PER_ELEMENT))
+    return BYTES_PER_ELEMENT[dtype]
+
+
+def kv_cache_bytes(
+    *,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    tokens: int,
+    batch: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
+    """Size in bytes of a full KV cache: ``2 × layers × kv_heads × head_dim × tokens × batch × bytes``.
+
+    The 2 counts the keys *and* the values; each layer caches
+    ``(batch, num_kv_heads, tokens, head_dim)`` of each. ``tokens = 0`` (an empty cache) gives 0.
+    """
+    check_positive_int("num_layers", num_layers)
+    check_positive_int("num_kv_heads", num_kv_heads)
+    check_positive_int("head_dim", head_dim)
+    check_positive_int("tokens", tokens, allow_zero=True)
+    check_positive_int("batch", batch)
+    check_positive_int("bytes_per_element", bytes_per_element)
+    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * bytes_per_element
+
+
+def _config(config: ModelConfig | str) -> ModelConfig:
+    if isinstance(config, ModelConfig):
+        return config
+    check_choice("config", config, tuple(PRESETS))
+    return PRESETS[config]
+
+
+def kv_cache_bytes_for(
+    config: ModelConfig | str, *, tokens: int, batch: int = 1, dtype: str | torch.dtype = "bfloat16"
+) -> int:
+    """:func:`kv_cache_bytes` of a :class:`ModelConfig` or the name of one of :data:`PRESETS`."""
+    model = _config(config)
+    return kv_cache_bytes(
+        num_layers=model.num_layers,
+        num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim,
+        tokens=tokens,
+        batch=batch,
+        bytes_per_element=bytes_per_element(dtype),
+    )
+
+
+class CacheVariant(NamedTuple):
+    """One bar of the MHA / GQA / MQA comparison."""
+
+    name: str
+    num_kv_heads: int
+    bytes: int
+
+
+def kv_cache_variants(
+    config: ModelConfig | str,
+    *,
+    tokens: int,
+    batch: int = 1,
+    dtype: str | torch.dtype = "bfloat16",
+    gqa_kv_heads: int | None = None,
+) -> list[CacheVariant]:
+    """The cache of the same model (layers, heads, head size) as MHA, GQA and MQA.
+
+    MHA keeps ``num_heads`` key/value heads, MQA one, GQA ``gqa_kv_heads`` (default: the
+    model's own ``num_kv_heads``; give it for a model that is MHA itself, e.g. 8). Returns
+    ``[CacheVariant("MHA", ...), CacheVariant("GQA", ...), CacheVariant("MQA", ...)]``.
+    """
+    model = _config(config)
+    groups = model.num_kv_heads if gqa_kv_heads is None else check_positive_int("gqa_kv_heads", gqa_kv_heads)
+    if groups > model.num_heads:
+        raise ValueError(f"gqa_kv_heads must be <= num_heads={model.num_heads}, got {groups}")
+    check_divisible("num_heads", model.num_heads, "gqa_kv_heads", groups)
+    size = bytes_per_element(dtype)
+    return [
+        CacheVariant(
+            name,
+            kv_heads,
+            kv_cache_bytes(
+                num_layers=model.num_layers,
+                num_kv_heads=kv_heads,
+                head_dim=model.head_dim,
+                tokens=tokens,
+                batch=batch,
+                bytes_per_element=size,
+            ),
+        )
+        for name, kv_heads in (("MHA", model.num_heads), ("GQA", groups), ("MQA", 1))
+    ]
+
+
+def format_bytes(n: int | float) -> str:
+    """``1536`` -> ``"1.50 KiB"``: binary units (KiB = 1024 bytes, MiB, GiB, TiB)."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        raise TypeError(f"n must be a number of bytes, got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0 bytes, got {n}")
+    value = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} TiB"
