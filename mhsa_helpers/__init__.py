@@ -1,35 +1,28 @@
 """mhsa_helpers — the implementation behind "Attention, step by step".
 
-Small modules, one idea each:
+Small modules, one idea each, in the order of the notebooks:
 
-* :mod:`~mhsa_helpers.softmax` — the numerically stable softmax;
-* :mod:`~mhsa_helpers.attention` — scaled dot-product attention;
-* :mod:`~mhsa_helpers.masking` — causal and padding masks, two ways to apply them;
-* :mod:`~mhsa_helpers.heads` — splitting into heads, per-head and fused weight layouts;
-* :mod:`~mhsa_helpers.rope` — rotary position embeddings;
-* :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding;
-* :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its loaders;
-* :mod:`~mhsa_helpers.examples` — the toy sentences and matrices of the seed documents;
-* :mod:`~mhsa_helpers.devices` — picking the GPU when there is one;
-* :mod:`~mhsa_helpers.plots` and :mod:`~mhsa_helpers.explorers` — the notebooks' pictures and sliders;
-* :mod:`~mhsa_helpers.exercises` — checkers that name the misconception behind a wrong answer;
-* :mod:`~mhsa_helpers.benchmarking` — the implementations and timers behind ``benchmarks/``.
+* :mod:`~mhsa_helpers.softmax` — the numerically stable softmax (notebook 02);
+* :mod:`~mhsa_helpers.attention` — scaled dot-product attention (notebooks 01 and 02);
+* :mod:`~mhsa_helpers.masking` — causal and padding masks, two ways to apply them (notebook 03);
+* :mod:`~mhsa_helpers.heads` — splitting into heads and merging them back (notebook 04);
+* :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05);
+* :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06);
+* :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its functional form (notebook 06);
+* :mod:`~mhsa_helpers.weight_layouts` — loaders, per-head/stacked/fused weights, the RoPE weight permutation;
+* :mod:`~mhsa_helpers.checks` — every argument check, run once at each public entry point;
+* :mod:`~mhsa_helpers.compat` — workarounds for older PyTorch releases;
+* :mod:`~mhsa_helpers.examples` — the toy sentences and matrices of the series;
+* :mod:`~mhsa_helpers.devices` — picking the GPU when there is one.
 
-``plots``, ``explorers``, ``exercises`` and ``benchmarking`` are imported on demand
-(``from mhsa_helpers import explorers``), so ``import mhsa_helpers`` stays light.
+The notebooks' checkers, explorers and figures live in :mod:`mhsa_helpers.teaching` and
+:mod:`mhsa_helpers.lessons`, imported on demand, so ``import mhsa_helpers`` stays light.
 """
 
-from . import examples
+from . import examples, weight_layouts
 from .attention import attention_scores, scaled_dot_product_attention
 from .devices import default_device
-from .heads import (
-    fused_qkv_per_head_to_stacked,
-    fused_qkv_stacked_to_per_head,
-    merge_heads,
-    split_heads,
-    stack_head_weights,
-    unstack_head_weights,
-)
+from .heads import merge_heads, split_heads
 from .kv_cache import KVCache
 from .masking import (
     causal_mask,
@@ -39,8 +32,16 @@ from .masking import (
     padding_mask,
 )
 from .mha import MultiHeadSelfAttention, multi_head_self_attention
-from .rope import RotaryEmbedding, apply_rotary, permute_rope_weight, rope_frequencies, rope_permutation
+from .rope import RotaryEmbedding, apply_rotary, rope_frequencies
 from .softmax import softmax
+from .weight_layouts import (
+    fused_qkv_per_head_to_stacked,
+    fused_qkv_stacked_to_per_head,
+    permute_rope_weight,
+    rope_permutation,
+    stack_head_weights,
+    unstack_head_weights,
+)
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,7 @@ __all__ = [
     "causal_mask",
     "combine_masks",
     "default_device",
+    "examples",
     "fused_qkv_per_head_to_stacked",
     "fused_qkv_stacked_to_per_head",
     "masked_softmax_neg_inf",
@@ -68,4 +70,5 @@ __all__ = [
     "split_heads",
     "stack_head_weights",
     "unstack_head_weights",
+    "weight_layouts",
 ]

@@ -1,55 +1,54 @@
-"""The toy data of the series, taken from the seed documents.
+"""The toy data of the series, as the source notes print it (used from notebook 01 on).
 
-* "Money Bank Grows" (seed 001): 3 words, 3-D embeddings, two heads with
+* "Money Bank Grows" (notebook 01): 3 words, 3-D embeddings, two heads with
   hand-written ``W_Q, W_K, W_V`` and an output matrix ``W_O`` — exactly as printed.
-* "Your journey starts with one step" (seeds 002 and LLMs-from-scratch): 6 words x 3 features.
-* "She loves cats" (seed 000): a four-word vocabulary.
-* "The man saw the astronomer with the telescope" (seed 001): the ambiguous sentence
+* "Your journey starts with one step" (notebooks 02 and 03, as in LLMs-from-scratch): 6 words x 3 features.
+* "She loves cats": a four-word vocabulary.
+* "The man saw the astronomer with the telescope" (notebook 04): the ambiguous sentence
   that motivates several heads.
 
-Seed 001 writes ``Q = E @ W`` with ``W`` of shape ``(d_in, d_out)``; the matrices are
+The notes write ``Q = E @ W`` with ``W`` of shape ``(d_in, d_out)``; the matrices are
 returned in that layout, so load them with ``layout="in_out"``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
 
 import torch
 
 from .checks import check_positive_int
 
 __all__ = [
-    "MoneyBankGrows",
-    "money_bank_grows",
     "SEED_001_PRINTED",
-    "your_journey_starts_with_one_step",
     "SHE_LOVES_CATS_VOCAB",
-    "she_loves_cats",
     "TELESCOPE_SENTENCE",
     "THE_CAT_SAT_SENTENCE",
+    "MoneyBankGrows",
+    "money_bank_grows",
     "sentence_embeddings",
+    "she_loves_cats",
+    "your_journey_starts_with_one_step",
 ]
 
 
 @dataclass(frozen=True)
 class MoneyBankGrows:
-    """Seed 001's worked example.
+    """The worked example of notebook 01.
 
     tokens: ``("Money", "Bank", "Grows")``
     embeddings: ``(3, 3)``, one row per token.
     w_q, w_k, w_v: two ``(d_in=3, d_head=3)`` matrices each, head 1 then head 2, used as ``E @ W``.
-    w_o: ``(3, 6)`` exactly as the seed prints it. ``Concat(C^1, C^2)`` is ``(3, 6)``, so the
-        seed's ``O = C @ W_O`` cannot be computed; the printed matrix is ``W_O`` in PyTorch's
+    w_o: ``(3, 6)`` exactly as the notes print it. ``Concat(C^1, C^2)`` is ``(3, 6)``, so the
+        notes' ``O = C @ W_O`` cannot be computed; the printed matrix is ``W_O`` in PyTorch's
         ``(d_out, d_in)`` layout, i.e. ``O = C @ w_o.T`` with shape ``(3, 3)``.
     """
 
-    tokens: Tuple[str, ...]
+    tokens: tuple[str, ...]
     embeddings: torch.Tensor
-    w_q: Tuple[torch.Tensor, torch.Tensor]
-    w_k: Tuple[torch.Tensor, torch.Tensor]
-    w_v: Tuple[torch.Tensor, torch.Tensor]
+    w_q: tuple[torch.Tensor, torch.Tensor]
+    w_k: tuple[torch.Tensor, torch.Tensor]
+    w_v: tuple[torch.Tensor, torch.Tensor]
     w_o: torch.Tensor
 
     @property
@@ -58,9 +57,9 @@ class MoneyBankGrows:
 
 
 def money_bank_grows(dtype: torch.dtype = torch.float64) -> MoneyBankGrows:
-    """Seed 001's embeddings and weights (float64 by default, so hand arithmetic matches to the last digit)."""
+    """The embeddings and weights of "Money Bank Grows" (float64 by default: hand arithmetic matches exactly)."""
 
-    def t(rows: List[List[float]]) -> torch.Tensor:
+    def t(rows: list[list[float]]) -> torch.Tensor:
         return torch.tensor(rows, dtype=dtype)
 
     return MoneyBankGrows(
@@ -88,17 +87,17 @@ def money_bank_grows(dtype: torch.dtype = torch.float64) -> MoneyBankGrows:
     )
 
 
-#: The vectors seed 001 prints for "Money" in head 1, as printed (two of them are wrong;
+#: The vectors the notes print for "Money" in head 1, as printed (two of them are wrong;
 #: the notebooks and tests compare them with the package's values).
-SEED_001_PRINTED: Dict[str, List[float]] = {
+SEED_001_PRINTED: dict[str, list[float]] = {
     "Q_Money_head1": [0.07, 0.05, 0.04],
     "K_Money_head1": [0.04, 0.08, 0.07],
     "V_Money_head1": [0.08, 0.07, 0.09],
 }
 
 
-def your_journey_starts_with_one_step() -> Tuple[Tuple[str, ...], torch.Tensor]:
-    """The 6-token sentence with 3-D inputs used in seed 002: ``(tokens, inputs (6, 3))``."""
+def your_journey_starts_with_one_step() -> tuple[tuple[str, ...], torch.Tensor]:
+    """The 6-token sentence with 3-D inputs of notebooks 02 and 03: ``(tokens, inputs (6, 3))``."""
     tokens = ("Your", "journey", "starts", "with", "one", "step")
     inputs = torch.tensor(
         [
@@ -113,11 +112,11 @@ def your_journey_starts_with_one_step() -> Tuple[Tuple[str, ...], torch.Tensor]:
     return tokens, inputs
 
 
-#: Seed 000's vocabulary.
-SHE_LOVES_CATS_VOCAB: Dict[str, int] = {"she": 0, "loves": 1, "cats": 2, "dogs": 3}
+#: The vocabulary of "She loves cats".
+SHE_LOVES_CATS_VOCAB: dict[str, int] = {"she": 0, "loves": 1, "cats": 2, "dogs": 3}
 
 
-def she_loves_cats() -> Tuple[Tuple[str, ...], torch.Tensor]:
+def she_loves_cats() -> tuple[tuple[str, ...], torch.Tensor]:
     """``(tokens, token ids (1, 3))`` for "She loves cats" in :data:`SHE_LOVES_CATS_VOCAB`."""
     tokens = ("She", "loves", "cats")
     ids = torch.tensor([[SHE_LOVES_CATS_VOCAB[t.lower()] for t in tokens]])
@@ -130,7 +129,7 @@ THE_CAT_SAT_SENTENCE = "The cat sat on the mat"
 
 def sentence_embeddings(
     sentence: str, d_model: int, *, seed: int = 0, dtype: torch.dtype = torch.float32
-) -> Tuple[Tuple[str, ...], torch.Tensor]:
+) -> tuple[tuple[str, ...], torch.Tensor]:
     """Split ``sentence`` on spaces and give each word a fixed random embedding.
 
     Within one sentence the same word (case-insensitive) gets the same vector, so "the"

@@ -1,5 +1,7 @@
 """A key/value cache for incremental (token-by-token) decoding.
 
+Taught in notebook 06, section 4 ("Decoding one token at a time, with a key/value cache").
+
 During generation the keys and values of past tokens never change, so they are
 kept instead of being recomputed. Keys are stored *after* RoPE: position ``m``
 was rotated once, when its token arrived; new tokens continue at
@@ -8,11 +10,9 @@ was rotated once, when its token arrived; new tokens continue at
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 
-from .checks import check_ndim, check_tensor
+from . import checks
 
 __all__ = ["KVCache"]
 
@@ -27,60 +27,29 @@ class KVCache:
     """
 
     def __init__(self) -> None:
-        self.keys: Optional[torch.Tensor] = None
-        self.values: Optional[torch.Tensor] = None
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
         return 0 if self.keys is None else self.keys.shape[-2]
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add ``(..., new, d_head)`` keys and ``(..., new, d_v)`` values; return all of them so far."""
         self.keys, self.values = self.extended(keys, values)
         return self.keys, self.values
 
-    def extended(self, keys: torch.Tensor, values: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def extended(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What :meth:`append` would hold after adding ``keys`` and ``values``; the cache is unchanged."""
-        check_tensor("keys", keys)
-        check_tensor("values", values)
-        check_ndim("keys", keys, 2, "(..., new, d_head)")
-        check_ndim("values", values, 2, "(..., new, d_v)")
-        if values.shape[:-1] != keys.shape[:-1]:
-            raise ValueError(
-                f"values must have one row per key, with the same leading dimensions: expected "
-                f"values.shape[:-1] == keys.shape[:-1] = {tuple(keys.shape[:-1])}, got values of shape "
-                f"{tuple(values.shape)}"
-            )
-        if values.dtype != keys.dtype:
-            raise TypeError(f"values must have the dtype of keys ({keys.dtype}), got {values.dtype}")
-        if values.device != keys.device:
-            raise ValueError(f"values must be on the device of keys ({keys.device}), got device {values.device}")
+        checks.kv_cache_args(self, keys, values)
+        return self.extended_unchecked(keys, values)
+
+    def extended_unchecked(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`extended` without its argument checks, for a caller that has made them
+        (``MultiHeadSelfAttention.forward``)."""
         if self.keys is None or self.values is None:
             return keys, values
-        held = self.keys
-        if keys.shape[:-2] != held.shape[:-2] or keys.shape[-1] != held.shape[-1]:
-            raise ValueError(
-                f"keys must match the cached keys except along the sequence axis: keys of shape "
-                f"{tuple(keys.shape)} have leading dimensions {tuple(keys.shape[:-2])} and d_head {keys.shape[-1]}, "
-                f"but the cache holds leading dimensions {tuple(held.shape[:-2])} and d_head {held.shape[-1]}; "
-                f"a cache follows one batch of sequences, so use a new KVCache (or reset()) for another"
-            )
-        if values.shape[-1] != self.values.shape[-1]:
-            raise ValueError(
-                f"values must match the cached values' last dimension d_v = {self.values.shape[-1]}, "
-                f"got values of shape {tuple(values.shape)}"
-            )
-        if keys.dtype != held.dtype:
-            raise TypeError(
-                f"keys have dtype {keys.dtype} but the cache holds {held.dtype}; convert them with "
-                f".to({held.dtype}) or start a new KVCache"
-            )
-        if keys.device != held.device:
-            raise ValueError(
-                f"keys are on device {keys.device} but the cache is on {held.device}; move them with "
-                f".to({str(held.device)!r}) or start a new KVCache"
-            )
-        return torch.cat((held, keys), dim=-2), torch.cat((self.values, values), dim=-2)
+        return torch.cat((self.keys, keys), dim=-2), torch.cat((self.values, values), dim=-2)
 
     def reset(self) -> None:
         self.keys = None

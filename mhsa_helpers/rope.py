@@ -1,5 +1,10 @@
 """Rotary position embeddings (RoPE, Su et al. 2021, "RoFormer").
 
+Taught in notebook 05: the frequencies in section 3 ("Many pairs, each with its own
+frequency"), the rotation in section 4 ("RoPE from scratch"), positions that do not start at 0
+in section 7, and the two pairing conventions in section 9. The weight permutation that
+converts between the conventions is in :mod:`~mhsa_helpers.weight_layouts`.
+
 Each pair of dimensions ``i = 0 .. d_head/2 - 1`` of a query or key at position
 ``m`` is rotated by the angle ``m * theta_i`` with ``theta_i = base^(-2i/d_head)``.
 Because rotations compose, ``rope(q, m) . rope(k, n)`` depends on ``m - n`` only.
@@ -8,100 +13,67 @@ RoPE is applied to queries and keys, never to values.
 Two pairing conventions exist in the wild and are **not** interchangeable:
 
 * ``"interleaved"`` — pairs ``(x[2i], x[2i+1])``: the RoFormer paper, Meta's
-  original LLaMA code, and the ``RoPE`` of seed 003 (CS336);
+  original LLaMA code, and the ``RoPE`` of Stanford's CS336;
 * ``"half_split"`` — pairs ``(x[i], x[i + d/2])``: Hugging Face's ``rotate_half``.
 
 They agree once the q/k projection rows of each head are permuted
-(:func:`permute_rope_weight`); mixing them without that permutation gives the
-same result at position 0 and wrong results after it.
+(:func:`~mhsa_helpers.weight_layouts.permute_rope_weight`); mixing them without that
+permutation gives the same result at position 0 and wrong results after it.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from .checks import (
-    check_broadcasts_to,
-    check_choice,
-    check_divisible,
-    check_floating,
-    check_ndim,
-    check_positive_int,
-    check_tensor,
-)
+from . import checks
+from .checks import ROPE_CONVENTIONS
 
-__all__ = [
-    "ROPE_CONVENTIONS",
-    "rope_frequencies",
-    "RotaryEmbedding",
-    "apply_rotary",
-    "rope_permutation",
-    "permute_rope_weight",
-]
-
-ROPE_CONVENTIONS = ("interleaved", "half_split")
+__all__ = ["ROPE_CONVENTIONS", "RotaryEmbedding", "apply_rotary", "rope_angles", "rope_frequencies"]
 
 
-def _check_d_head(d_head: int) -> int:
-    check_positive_int("d_head", d_head)
-    if d_head % 2:
-        raise ValueError(
-            f"d_head must be even for RoPE (dimensions are rotated in pairs), got d_head={d_head}"
-        )
-    return d_head
-
-
-def _check_base(base: float) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise TypeError(f"base must be a number > 1 (10000 in most models), got {type(base).__name__} {base!r}")
-    if not base > 1:
-        raise ValueError(f"base must be a number > 1 (10000 in most models), got {base!r}")
-    return float(base)
-
-
+@checks.checked_by(checks.rope_frequencies_args)
 def rope_frequencies(
-    d_head: int, base: float = 10000.0, *, device: Optional[Union[str, torch.device]] = None
+    d_head: int,
+    base: float = 10000.0,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``theta_i = base^(-2i/d_head)`` for ``i = 0 .. d_head/2 - 1``, shape ``(d_head // 2,)``, float32.
+    """``theta_i = base^(-2i/d_head)`` for ``i = 0 .. d_head/2 - 1``, shape ``(d_head // 2,)``.
 
-    Pair 0 turns by one radian per position; the last pair turns slowest.
+    Pair 0 turns by one radian per position; the last pair turns slowest. Computed in float64,
+    returned in ``dtype``.
     """
-    _check_d_head(d_head)
-    return _frequencies_float64(d_head, _check_base(base), device).float()
-
-
-def _frequencies_float64(d_head: int, base: float, device: Optional[Union[str, torch.device]]) -> torch.Tensor:
     exponents = torch.arange(0, d_head, 2, device=device, dtype=torch.float64) / d_head
-    return base ** -exponents
+    return (float(base) ** -exponents).to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str = "interleaved") -> torch.Tensor:
+@checks.checked_by(checks.rope_angles_args)
+def rope_angles(token_positions: torch.Tensor, d_head: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of the angles ``m * theta_i``: integer positions ``(...)`` -> two float32
+    tensors ``(..., d_head // 2)`` on the positions' device.
+
+    Computed in float64, angles and ``theta_i`` both (``m * theta_i`` loses digits in float32 once
+    ``m`` reaches the thousands), on the CPU, because some accelerators (Apple's mps) have no float64.
+    """
+    theta = rope_frequencies.unchecked(d_head, base, dtype=torch.float64)
+    angles = token_positions.cpu().to(torch.float64)[..., None] * theta
+    return angles.cos().float().to(token_positions.device), angles.sin().float().to(token_positions.device)
+
+
+@checks.checked_by(checks.apply_rotary_args)
+def apply_rotary(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str = "interleaved"
+) -> torch.Tensor:
     """Rotate each pair of ``x`` by the angles whose cosines/sines are given.
 
     Shapes: ``x (..., seq, d_head)`` with ``d_head`` even; ``cos``/``sin`` broadcastable to
     ``(..., seq, d_head // 2)`` (one angle per pair). Returns a tensor shaped and typed like ``x``.
     """
-    check_floating("x", x)
-    check_ndim("x", x, 2, "(..., seq, d_head)")
-    if x.shape[-1] % 2:
-        raise ValueError(
-            f"x must have an even last dimension d_head (dimensions are rotated in pairs), "
-            f"got shape {tuple(x.shape)}"
-        )
-    pairs_shape = (*x.shape[:-1], x.shape[-1] // 2)
-    for name, value in (("cos", cos), ("sin", sin)):
-        check_tensor(name, value)
-        check_broadcasts_to(name, value, pairs_shape, "(..., seq, d_head // 2)")
-    check_choice("convention", convention, ROPE_CONVENTIONS)
-    return _rotate(x, cos, sin, convention)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, convention: str) -> torch.Tensor:
-    cos = cos.to(x.dtype)
-    sin = sin.to(x.dtype)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if convention == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
@@ -139,113 +111,52 @@ class RotaryEmbedding(nn.Module):
         base: float = 10000.0,
         convention: str = "interleaved",
         *,
-        device: Optional[Union[str, torch.device]] = None,
+        device: str | torch.device | None = None,
     ) -> None:
+        checks.rotary_embedding_args(d_head, max_seq_len, base, convention, device=device)
         super().__init__()
-        self.d_head = _check_d_head(d_head)
-        self.max_seq_len = check_positive_int("max_seq_len", max_seq_len)
-        self.base = _check_base(base)
-        self.convention = check_choice("convention", convention, ROPE_CONVENTIONS)
-        cos, sin = self._build_cache(device)
+        self.d_head = d_head
+        self.max_seq_len = max_seq_len
+        self.base = float(base)
+        self.convention = convention
+        cos, sin = self.build_cache(device)
         # Not persistent: the cache is a pure function of the settings above.
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
 
-    def _build_cache(self, device: Optional[Union[str, torch.device]]) -> "tuple[torch.Tensor, torch.Tensor]":
-        # float64 angles: m * theta_i loses digits in float32 once m reaches the thousands.
-        # Built on the CPU because some accelerators (Apple's mps) have no float64.
-        positions = torch.arange(self.max_seq_len, dtype=torch.float64)
-        # theta_i in float64 too: a float32 theta_i is off by ~1e-8 * theta_i, an error m times larger in m * theta_i.
-        inv_freq = _frequencies_float64(self.d_head, self.base, "cpu")
-        angles = torch.outer(positions, inv_freq)
-        return angles.cos().float().to(device), angles.sin().float().to(device)
+    def build_cache(self, device: str | torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for positions ``0 .. max_seq_len - 1``: two float32 ``(max_seq_len, d_head // 2)``."""
+        cos, sin = rope_angles.unchecked(torch.arange(self.max_seq_len), self.d_head, self.base)
+        return cos.to(device), sin.to(device)
 
-    def _apply(self, fn, recurse: bool = True):  # type: ignore[override]
-        super()._apply(fn, recurse)
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RotaryEmbedding:
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # nn.Module._apply is unannotated in torch
         # model.half() would round the cache to float16; rebuild it in float32.
         if self.cos_cached.dtype != torch.float32:
-            cos, sin = self._build_cache(self.cos_cached.device)
-            self.cos_cached, self.sin_cached = cos, sin
+            self.cos_cached, self.sin_cached = self.build_cache(self.cos_cached.device)
         return self
 
     def extra_repr(self) -> str:
         return (
-            f"d_head={self.d_head}, max_seq_len={self.max_seq_len}, base={self.base:g}, "
-            f"convention={self.convention!r}"
+            f"d_head={self.d_head}, max_seq_len={self.max_seq_len}, base={self.base:g}, convention={self.convention!r}"
         )
 
-    def angles_for(self, token_positions: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    def angles_for(self, token_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for integer positions: ``(...)`` -> two ``(..., d_head // 2)`` tensors."""
-        check_tensor("token_positions", token_positions)
-        if token_positions.is_floating_point() or token_positions.dtype == torch.bool:
-            raise TypeError(f"token_positions must be an integer tensor, got dtype {token_positions.dtype}")
-        if token_positions.numel():
-            low, high = int(token_positions.min()), int(token_positions.max())
-            if low < 0 or high >= self.max_seq_len:
-                raise ValueError(
-                    f"token_positions must lie in [0, max_seq_len - 1] = [0, {self.max_seq_len - 1}], "
-                    f"got values from {low} to {high}; build RotaryEmbedding with a larger max_seq_len"
-                )
+        checks.rotary_positions_args(self, token_positions)
         positions = token_positions.to(self.cos_cached.device)
         return self.cos_cached[positions], self.sin_cached[positions]
 
-    def forward(self, x: torch.Tensor, token_positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x (..., seq, d_head)`` by its positions; returns the same shape."""
-        check_floating("x", x)
-        check_ndim("x", x, 2, "(..., seq, d_head)")
-        if x.shape[-1] != self.d_head:
-            raise ValueError(
-                f"x must have last dimension d_head={self.d_head}, got shape {tuple(x.shape)}"
-            )
+        checks.rotary_call_args(self, x, token_positions)
         if token_positions is None:
             token_positions = torch.arange(x.shape[-2], device=x.device)
-        else:
-            check_tensor("token_positions", token_positions)
-            if token_positions.ndim > 1 and token_positions.ndim != x.ndim - 1:
-                raise ValueError(
-                    f"token_positions must be (seq,) or have x.ndim - 1 = {x.ndim - 1} dimensions, one per "
-                    f"dimension of x.shape[:-1] = {tuple(x.shape[:-1])} (for x (batch, heads, seq, d_head) pass "
-                    f"positions[:, None, :], shaped (batch, 1, seq)), got shape {tuple(token_positions.shape)}"
-                )
-            # Strict: positions that broadcast x up to a bigger shape are a mistake, not a feature.
-            check_broadcasts_to("token_positions", token_positions, x.shape[:-1], "x.shape[:-1]")
-        cos, sin = self.angles_for(token_positions)
-        return _rotate(x, cos, sin, self.convention)
+        return self.rotate_unchecked(x, token_positions)
 
-
-def rope_permutation(d_head: int, source: str, target: str) -> torch.Tensor:
-    """Index ``perm`` with ``rope_target(x[..., perm]) == rope_source(x)[..., perm]``.
-
-    Reordering a head's q/k features by ``perm`` turns a model trained with the
-    ``source`` pairing into one that uses the ``target`` pairing with identical scores.
-    Shape ``(d_head,)``, int64.
-    """
-    _check_d_head(d_head)
-    check_choice("source", source, ROPE_CONVENTIONS)
-    check_choice("target", target, ROPE_CONVENTIONS)
-    if source == target:
-        return torch.arange(d_head)
-    interleaved_to_half = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
-    if source == "interleaved":
-        return interleaved_to_half
-    return torch.argsort(interleaved_to_half)
-
-
-def permute_rope_weight(weight: torch.Tensor, num_heads: int, source: str, target: str) -> torch.Tensor:
-    """Reorder the output rows of a q or k projection from one RoPE pairing to the other.
-
-    Shapes: ``weight (num_heads * d_head, d_in)`` in PyTorch's ``(d_out, d_in)`` layout,
-    or a bias ``(num_heads * d_head,)``; same shape out. Apply it to ``W_Q`` and ``W_K``
-    (never ``W_V``); attention scores and outputs are unchanged.
-    """
-    check_tensor("weight", weight)
-    if weight.ndim not in (1, 2):
-        raise ValueError(
-            f"weight must be a (num_heads * d_head, d_in) matrix or a (num_heads * d_head,) bias, "
-            f"got shape {tuple(weight.shape)}"
-        )
-    check_positive_int("num_heads", num_heads)
-    d_head = check_divisible("weight.shape[0]", weight.shape[0], "num_heads", num_heads)
-    perm = rope_permutation(d_head, source, target).to(weight.device)
-    heads = weight.reshape(num_heads, d_head, *weight.shape[1:])
-    return heads[:, perm].reshape(weight.shape)
+    def rotate_unchecked(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without its argument checks, for a caller that has made them
+        (``MultiHeadSelfAttention.forward``). Shapes as in :meth:`forward`."""
+        positions = token_positions.to(self.cos_cached.device)
+        cos, sin = self.cos_cached[positions], self.sin_cached[positions]
+        return apply_rotary.unchecked(x, cos, sin, self.convention)

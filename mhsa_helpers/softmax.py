@@ -1,16 +1,21 @@
-"""The numerically stable softmax that turns attention scores into weights."""
+"""The numerically stable softmax that turns attention scores into weights.
+
+Taught in notebook 02, section "The numerically stable softmax" (and by hand in notebook 01, Step 4).
+"""
 
 from __future__ import annotations
 
 import torch
 
-from .checks import check_floating
+from . import checks
 
-__all__ = ["softmax"]
+__all__ = ["LOW_PRECISION_DTYPES", "softmax"]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
+#: Dtypes whose scores and softmax are computed in float32 and cast back.
+LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
 
 
+@checks.checked_by(checks.softmax_args)
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Numerically stable softmax along ``dim``.
 
@@ -24,9 +29,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shapes: ``x`` any shape; the result has the same shape and dtype.
     """
-    check_floating("x", x)
     out_dtype = x.dtype
-    if out_dtype in _LOW_PRECISION:
+    if out_dtype in LOW_PRECISION_DTYPES:
         x = x.float()
     row_max = x.amax(dim=dim, keepdim=True)
     # An all -inf row has max -inf; -inf - (-inf) is NaN, so shift by 0 instead.

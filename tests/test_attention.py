@@ -229,7 +229,7 @@ def test_dropout_without_weights_still_applies_dropout():
     torch.manual_seed(5)
     out = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     torch.manual_seed(5)
-    out_w, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
+    out_w, _weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
     torch.testing.assert_close(out, out_w)
     assert not torch.allclose(out, scaled_dot_product_attention(q, k, v))
 
@@ -292,7 +292,7 @@ def test_fully_masked_query_has_finite_gradients_equal_to_the_weights_path(monke
     (fast_out, slow_out), (fast_grads, slow_grads) = outputs, grads
     assert (fast_out[:, 1] == 0).all()
     torch.testing.assert_close(fast_out, slow_out)
-    for name, fast, slow in zip("qkv", fast_grads, slow_grads):
+    for name, fast, slow in zip("qkv", fast_grads, slow_grads, strict=True):
         assert torch.isfinite(fast).all(), f"d{name} is not finite: {fast}"
         torch.testing.assert_close(fast, slow)
     dq, dk, dv = fast_grads

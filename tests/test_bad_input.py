@@ -3,19 +3,21 @@ expected and what was given — one table, one test."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence, Type
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import pytest
 import torch
 
 import mhsa_helpers as mh
 from mhsa_helpers import KVCache, MultiHeadSelfAttention, RotaryEmbedding
+from mhsa_helpers.weight_layouts import from_fused_qkv, from_head_weights, from_projection_weights, from_torch_mha
 
 
 class Case(NamedTuple):
     id: str
     call: Callable[[], object]
-    error: Type[Exception]
+    error: type[Exception]
     fragments: Sequence[str]  # argument name, expected value, given value (all must appear)
 
 
@@ -52,7 +54,9 @@ CASES = [
     ),
     Case(
         "odd-d_head-with-rope-functional",
-        lambda: mh.multi_head_self_attention(torch.zeros(1, 3, 6), *_weights(*[(6, 6)] * 4), num_heads=2, rope_base=1e4),
+        lambda: mh.multi_head_self_attention(
+            torch.zeros(1, 3, 6), *_weights(*[(6, 6)] * 4), num_heads=2, rope_base=1e4
+        ),
         ValueError,
         ["d_head", "even", "d_head=3", "d_model=6", "num_heads=2"],
     ),
@@ -166,51 +170,43 @@ CASES = [
     ),
     Case(
         "projection-weights-out_in-wrong-k",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights((8, 6), (8, 5), (8, 6), (8, 8)), num_heads=2, layout="out_in"
-        ),
+        lambda: from_projection_weights(*_weights((8, 6), (8, 5), (8, 6), (8, 8)), num_heads=2, layout="out_in"),
         ValueError,
         ["k_weight", "(8, 6)", "(d_model, d_in)", "out_in", "(8, 5)"],
     ),
     Case(
         "projection-weights-in_out-wrong-v",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights((6, 8), (6, 8), (8, 6), (8, 8)), num_heads=2, layout="in_out"
-        ),
+        lambda: from_projection_weights(*_weights((6, 8), (6, 8), (8, 6), (8, 8)), num_heads=2, layout="in_out"),
         ValueError,
         ["v_weight", "(6, 8)", "(d_in, d_model)", "in_out", "(8, 6)"],
     ),
     Case(
         "projection-weights-in_out-wrong-o",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights((6, 8), (6, 8), (6, 8), (6, 8)), num_heads=2, layout="in_out"
-        ),
+        lambda: from_projection_weights(*_weights((6, 8), (6, 8), (6, 8), (6, 8)), num_heads=2, layout="in_out"),
         ValueError,
         ["o_weight", "d_model=8", "(8, d_out)", "in_out", "(6, 8)"],
     ),
     Case(
         "projection-weights-out_in-wrong-o",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights((8, 6), (8, 6), (8, 6), (8, 6)), num_heads=2, layout="out_in"
-        ),
+        lambda: from_projection_weights(*_weights((8, 6), (8, 6), (8, 6), (8, 6)), num_heads=2, layout="out_in"),
         ValueError,
         ["o_weight", "d_model=8", "(d_out, 8)", "out_in", "(8, 6)"],
     ),
     Case(
         "unknown-layout",
-        lambda: MultiHeadSelfAttention.from_projection_weights(*_weights(*[(8, 8)] * 4), num_heads=2, layout="row_major"),
+        lambda: from_projection_weights(*_weights(*[(8, 8)] * 4), num_heads=2, layout="row_major"),
         ValueError,
         ["layout", "'out_in'", "'in_out'", "'row_major'"],
     ),
     Case(
         "unknown-fused-layout",
-        lambda: MultiHeadSelfAttention.from_fused_qkv(*_weights((24, 8), (8, 8)), num_heads=2, fused_layout="qkv"),
+        lambda: from_fused_qkv(*_weights((24, 8), (8, 8)), num_heads=2, fused_layout="qkv"),
         ValueError,
         ["fused_layout", "'stacked'", "'per_head'", "'qkv'"],
     ),
     Case(
         "fused-qkv-bias-wrong-shape",
-        lambda: MultiHeadSelfAttention.from_fused_qkv(
+        lambda: from_fused_qkv(
             *_weights((24, 8), (8, 8)), num_heads=2, fused_layout="per_head", qkv_bias=torch.zeros(23)
         ),
         ValueError,
@@ -427,23 +423,19 @@ CASES = [
     # ------------------------------------------------ biases
     Case(
         "projection-weights-q_bias-wrong-shape",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", q_bias=torch.zeros(7)
-        ),
+        lambda: from_projection_weights(*_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", q_bias=torch.zeros(7)),
         ValueError,
         ["q_bias", "(8,)", "(7,)"],
     ),
     Case(
         "projection-weights-k_bias-not-a-tensor",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", k_bias=[0.0] * 8
-        ),
+        lambda: from_projection_weights(*_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", k_bias=[0.0] * 8),
         TypeError,
         ["k_bias", "torch.Tensor", "list"],
     ),
     Case(
         "projection-weights-o_bias-wrong-shape",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
+        lambda: from_projection_weights(
             *_weights((8, 6), (8, 6), (8, 6), (5, 8)), num_heads=2, layout="out_in", o_bias=torch.zeros(8)
         ),
         ValueError,
@@ -476,15 +468,13 @@ CASES = [
     # ------------------------------------------------ loaders
     Case(
         "projection-weights-device-option",
-        lambda: MultiHeadSelfAttention.from_projection_weights(
-            *_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", device="cpu"
-        ),
+        lambda: from_projection_weights(*_weights(*[(8, 8)] * 4), num_heads=2, layout="out_in", device="cpu"),
         TypeError,
         ["device", "weights", "causal", "module.to"],
     ),
     Case(
         "head-weights-dtype-option",
-        lambda: MultiHeadSelfAttention.from_head_weights(
+        lambda: from_head_weights(
             *[_weights((4, 3), (4, 3))] * 3, torch.zeros(8, 3), layout="in_out", dtype=torch.float64
         ),
         TypeError,
@@ -492,22 +482,23 @@ CASES = [
     ),
     Case(
         "fused-qkv-d_in-option",
-        lambda: MultiHeadSelfAttention.from_fused_qkv(
-            *_weights((24, 8), (8, 8)), num_heads=2, fused_layout="stacked", d_in=8
-        ),
+        lambda: from_fused_qkv(*_weights((24, 8), (8, 8)), num_heads=2, fused_layout="stacked", d_in=8),
         TypeError,
         ["d_in", "weights"],
     ),
     Case(
         "torch-mha-num_heads-option",
-        lambda: MultiHeadSelfAttention.from_torch_mha(torch.nn.MultiheadAttention(8, 2), num_heads=4),
+        lambda: from_torch_mha(torch.nn.MultiheadAttention(8, 2), num_heads=4),
         TypeError,
         ["num_heads", "weights"],
     ),
     Case(
         "head-weights-k-head-wrong-shape",
-        lambda: MultiHeadSelfAttention.from_head_weights(
-            _weights((3, 4), (3, 4)), _weights((3, 4), (3, 5)), _weights((3, 4), (3, 4)), torch.zeros(8, 3),
+        lambda: from_head_weights(
+            _weights((3, 4), (3, 4)),
+            _weights((3, 4), (3, 5)),
+            _weights((3, 4), (3, 4)),
+            torch.zeros(8, 3),
             layout="in_out",
         ),
         ValueError,
@@ -515,8 +506,11 @@ CASES = [
     ),
     Case(
         "head-weights-integer-v-head",
-        lambda: MultiHeadSelfAttention.from_head_weights(
-            _weights((4, 3)), _weights((4, 3)), [torch.zeros(4, 3, dtype=torch.int64)], torch.zeros(3, 4),
+        lambda: from_head_weights(
+            _weights((4, 3)),
+            _weights((4, 3)),
+            [torch.zeros(4, 3, dtype=torch.int64)],
+            torch.zeros(3, 4),
             layout="out_in",
         ),
         TypeError,
@@ -524,9 +518,7 @@ CASES = [
     ),
     Case(
         "head-weights-in_out-wrong-o",
-        lambda: MultiHeadSelfAttention.from_head_weights(
-            *[_weights((3, 4), (3, 4))] * 3, torch.zeros(6, 3), layout="in_out"
-        ),
+        lambda: from_head_weights(*[_weights((3, 4), (3, 4))] * 3, torch.zeros(6, 3), layout="in_out"),
         ValueError,
         ["o_weight", "(8, d_out)", "'in_out'", "(6, 3)"],
     ),
@@ -600,7 +592,9 @@ def test_the_table_is_big_enough_and_ids_are_unique():
 def test_bad_input_is_rejected_with_a_clear_message(case):
     with pytest.raises((ValueError, TypeError)) as info:
         case.call()
-    assert type(info.value) is case.error, f"expected {case.error.__name__}, got {type(info.value).__name__}: {info.value}"
+    assert type(info.value) is case.error, (
+        f"expected {case.error.__name__}, got {type(info.value).__name__}: {info.value}"
+    )
     message = str(info.value)
     missing = [fragment for fragment in case.fragments if fragment not in message]
     assert not missing, f"message {message!r} lacks {missing}"

@@ -95,6 +95,6 @@ def test_gradcheck_module_wrt_parameters():
     params = tuple(p.detach().clone().requires_grad_() for p in module.parameters())
 
     def f(*values):
-        return functional_call(module, dict(zip(names, values)), (x,))
+        return functional_call(module, dict(zip(names, values, strict=True)), (x,))
 
     assert gradcheck(f, params)

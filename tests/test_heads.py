@@ -51,7 +51,7 @@ def test_stack_and_unstack_head_weights(heads, d_head, d_in, seed):
     for i, w in enumerate(per_head):
         assert torch.equal(stacked[i * d_head : (i + 1) * d_head], w)
     back = unstack_head_weights(stacked, heads)
-    assert len(back) == heads and all(torch.equal(a, b) for a, b in zip(back, per_head))
+    assert len(back) == heads and all(torch.equal(a, b) for a, b in zip(back, per_head, strict=True))
     # Projecting with the stack then splitting == projecting with each head's matrix.
     x = torch.randn(3, d_in, generator=gen, dtype=torch.float32)
     split = split_heads(x @ stacked.T, heads)
@@ -113,7 +113,7 @@ def test_per_head_to_stacked_agrees_with_seed_004_chunking(batch, seq, heads, d_
     # And the other direction: PyTorch's [Q; K; V] fed to seed 004's chunking.
     w_back = fused_qkv_stacked_to_per_head(w_stacked, heads)
     b_back = fused_qkv_stacked_to_per_head(b_stacked, heads)
-    for ours, ref in zip((q, k, v), _seed_004_heads(x, w_back, b_back, heads)):
+    for ours, ref in zip((q, k, v), _seed_004_heads(x, w_back, b_back, heads), strict=True):
         torch.testing.assert_close(split_heads(ours, heads), ref)
 
 
@@ -122,5 +122,10 @@ def test_per_head_layout_by_hand():
     per_head = torch.tensor([10.0, 20.0, 30.0, 11.0, 21.0, 31.0])
     assert fused_qkv_per_head_to_stacked(per_head, 2).tolist() == [10.0, 11.0, 20.0, 21.0, 30.0, 31.0]
     assert fused_qkv_stacked_to_per_head(torch.tensor([10.0, 11.0, 20.0, 21.0, 30.0, 31.0]), 2).tolist() == [
-        10.0, 20.0, 30.0, 11.0, 21.0, 31.0,
+        10.0,
+        20.0,
+        30.0,
+        11.0,
+        21.0,
+        31.0,
     ]

@@ -18,8 +18,13 @@ F64 = torch.float64
 def _module(seed, *, rope, convention="interleaved", num_heads=2, d_head=4, max_seq_len=64):
     torch.manual_seed(seed)
     return MultiHeadSelfAttention(
-        num_heads * d_head, num_heads, causal=True, rope=rope, rope_convention=convention,
-        max_seq_len=max_seq_len, dtype=F64,
+        num_heads * d_head,
+        num_heads,
+        causal=True,
+        rope=rope,
+        rope_convention=convention,
+        max_seq_len=max_seq_len,
+        dtype=F64,
     ).eval()
 
 

@@ -32,14 +32,10 @@ def _hand_causal(seq_q, seq_k):
 
 
 def test_causal_mask_literal():
-    expected = torch.tensor(
-        [[True, False, False], [True, True, False], [True, True, True]], dtype=torch.bool
-    )
+    expected = torch.tensor([[True, False, False], [True, True, False], [True, True, True]], dtype=torch.bool)
     assert torch.equal(causal_mask(3), expected)
     # Two new queries after three cached keys: they sit at positions 3 and 4.
-    expected_offset = torch.tensor(
-        [[True, True, True, True, False], [True, True, True, True, True]], dtype=torch.bool
-    )
+    expected_offset = torch.tensor([[True, True, True, True, False], [True, True, True, True, True]], dtype=torch.bool)
     assert torch.equal(causal_mask(2, 5), expected_offset)
 
 
@@ -60,9 +56,7 @@ def test_causal_mask_device_argument():
 def test_padding_mask_literal():
     mask = padding_mask(torch.tensor([2, 4, 0]), 4)
     assert mask.shape == (3, 1, 1, 4) and mask.dtype == torch.bool
-    expected = torch.tensor(
-        [[True, True, False, False], [True, True, True, True], [False, False, False, False]]
-    )
+    expected = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
     assert torch.equal(mask[:, 0, 0], expected)
 
 
@@ -104,7 +98,7 @@ def _hand_masked_softmax(scores, mask):
     out = torch.zeros_like(scores)
     for index in itertools.product(*(range(n) for n in scores.shape[:-1])):
         row, keep = scores[index], mask[index]
-        exps = [math.exp(s) if m else 0.0 for s, m in zip(row.tolist(), keep.tolist())]
+        exps = [math.exp(s) if m else 0.0 for s, m in zip(row.tolist(), keep.tolist(), strict=True)]
         total = sum(exps)
         out[index] = torch.tensor([e / total if total else 0.0 for e in exps], dtype=scores.dtype)
     return out
@@ -128,7 +122,11 @@ def test_seed_002_style_example():
     weights = masked_softmax_neg_inf(scores, causal_mask(3))
     e = math.e
     expected = torch.tensor(
-        [[1.0, 0.0, 0.0], [1 / (1 + e), e / (1 + e), 0.0], [1 / (1 + e + e * e), e / (1 + e + e * e), e * e / (1 + e + e * e)]],
+        [
+            [1.0, 0.0, 0.0],
+            [1 / (1 + e), e / (1 + e), 0.0],
+            [1 / (1 + e + e * e), e / (1 + e + e * e), e * e / (1 + e + e * e)],
+        ],
         dtype=torch.float64,
     )
     torch.testing.assert_close(weights, expected)

@@ -13,6 +13,7 @@ from torch import nn
 
 import mhsa_helpers
 from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
+from mhsa_helpers.weight_layouts import from_fused_qkv, from_head_weights, from_projection_weights, from_torch_mha
 
 SEEDS = st.integers(0, 2**31 - 1)
 F64 = torch.float64
@@ -22,8 +23,9 @@ def _randn(gen, *shape, dtype=F64):
     return torch.randn(*shape, generator=gen, dtype=dtype)
 
 
-def _reference_mhsa(x, w_q, w_k, w_v, w_o, num_heads, *, b_q=None, b_k=None, b_v=None, b_o=None,
-                    causal=False, key_lengths=None):
+def _reference_mhsa(
+    x, w_q, w_k, w_v, w_o, num_heads, *, b_q=None, b_k=None, b_v=None, b_o=None, causal=False, key_lengths=None
+):
     """Head by head, from the formula: O = concat_h(softmax(Q_h K_h^T / sqrt(d_head)) V_h) W_O^T.
     Weights in nn.Linear layout; x (batch, seq, d_in). No RoPE."""
     batch, seq, _ = x.shape
@@ -74,7 +76,7 @@ def test_equals_torch_multihead_attention(batch_first, causal, padded, bias, bat
         with torch.no_grad():
             torch_mha.in_proj_bias.normal_()
             torch_mha.out_proj.bias.normal_()
-    ours = MultiHeadSelfAttention.from_torch_mha(torch_mha, causal=causal).eval()
+    ours = from_torch_mha(torch_mha, causal=causal).eval()
 
     x = torch.randn(batch, seq, d_model, dtype=F64)  # ours is always (batch, seq, d)
     x_torch = x if batch_first else x.transpose(0, 1)  # (seq, batch, d) for batch_first=False
@@ -89,8 +91,13 @@ def test_equals_torch_multihead_attention(batch_first, causal, padded, bias, bat
 
     with torch.no_grad():
         expected, expected_weights = torch_mha(
-            x_torch, x_torch, x_torch, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-            need_weights=True, average_attn_weights=False,
+            x_torch,
+            x_torch,
+            x_torch,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            need_weights=True,
+            average_attn_weights=False,
         )
         expected_fast, _ = torch_mha(
             x_torch, x_torch, x_torch, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False
@@ -108,7 +115,7 @@ def test_equals_torch_multihead_attention(batch_first, causal, padded, bias, bat
 def test_from_torch_mha_copies_weights_and_rejects_other_modules():
     torch.manual_seed(0)
     torch_mha = nn.MultiheadAttention(6, 2)
-    ours = MultiHeadSelfAttention.from_torch_mha(torch_mha)
+    ours = from_torch_mha(torch_mha)
     assert torch.equal(ours.qkv_proj.weight, torch_mha.in_proj_weight)
     assert torch.equal(ours.q_weight, torch_mha.in_proj_weight[:6])
     assert torch.equal(ours.v_weight, torch_mha.in_proj_weight[12:])
@@ -117,20 +124,20 @@ def test_from_torch_mha_copies_weights_and_rejects_other_modules():
     with torch.no_grad():
         ours.qkv_proj.weight.zero_()
     assert torch_mha.in_proj_weight.abs().sum() > 0
-    with pytest.raises(TypeError, match="torch.nn.MultiheadAttention"):
-        MultiHeadSelfAttention.from_torch_mha(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match=r"torch\.nn\.MultiheadAttention"):
+        from_torch_mha(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="kdim"):
-        MultiHeadSelfAttention.from_torch_mha(nn.MultiheadAttention(6, 2, kdim=4, vdim=4))
+        from_torch_mha(nn.MultiheadAttention(6, 2, kdim=4, vdim=4))
     with pytest.raises(ValueError, match="add_bias_kv"):
-        MultiHeadSelfAttention.from_torch_mha(nn.MultiheadAttention(6, 2, add_bias_kv=True))
+        from_torch_mha(nn.MultiheadAttention(6, 2, add_bias_kv=True))
 
 
 def test_from_torch_mha_copies_dropout_and_the_layout_note_holds():
     torch.manual_seed(0)
     torch_mha = nn.MultiheadAttention(8, 2, dropout=0.25, dtype=F64)  # batch_first=False: (seq, batch, d)
-    assert MultiHeadSelfAttention.from_torch_mha(torch_mha).dropout == 0.25
-    assert MultiHeadSelfAttention.from_torch_mha(torch_mha, dropout=0.0).dropout == 0.0
-    ours = MultiHeadSelfAttention.from_torch_mha(torch_mha).eval()
+    assert from_torch_mha(torch_mha).dropout == 0.25
+    assert from_torch_mha(torch_mha, dropout=0.0).dropout == 0.0
+    ours = from_torch_mha(torch_mha).eval()
     torch_mha.eval()
     x = torch.randn(3, 5, 8, dtype=F64)  # (batch, seq, d) for ours
     x_t = x.transpose(0, 1)
@@ -173,8 +180,17 @@ def test_matches_from_scratch_reference_with_different_d_in_d_out():
     expected, expected_weights = _reference_mhsa(
         x, w_q, w_k, w_v, w_o, heads, b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o, causal=True
     )
-    module = MultiHeadSelfAttention.from_projection_weights(
-        w_q, w_k, w_v, w_o, num_heads=heads, layout="out_in", q_bias=b_q, k_bias=b_k, v_bias=b_v, o_bias=b_o,
+    module = from_projection_weights(
+        w_q,
+        w_k,
+        w_v,
+        w_o,
+        num_heads=heads,
+        layout="out_in",
+        q_bias=b_q,
+        k_bias=b_k,
+        v_bias=b_v,
+        o_bias=b_o,
         causal=True,
     )
     assert (module.d_in, module.d_model, module.d_out, module.d_head) == (d_in, d_model, d_out, 2)
@@ -182,9 +198,18 @@ def test_matches_from_scratch_reference_with_different_d_in_d_out():
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     # The same numbers from the in_out layout (E @ W on paper) and from the functional form.
-    module_t = MultiHeadSelfAttention.from_projection_weights(
-        w_q.T, w_k.T, w_v.T, w_o.T, num_heads=heads, layout="in_out", q_bias=b_q, k_bias=b_k, v_bias=b_v,
-        o_bias=b_o, causal=True,
+    module_t = from_projection_weights(
+        w_q.T,
+        w_k.T,
+        w_v.T,
+        w_o.T,
+        num_heads=heads,
+        layout="in_out",
+        q_bias=b_q,
+        k_bias=b_k,
+        v_bias=b_v,
+        o_bias=b_o,
+        causal=True,
     )
     torch.testing.assert_close(module_t(x), expected)
     functional = multi_head_self_attention(
@@ -198,7 +223,7 @@ def test_missing_qkv_biases_are_zero():
     w = [_randn(gen, 4, 4) for _ in range(4)]
     b_k = _randn(gen, 4)
     x = _randn(gen, 1, 3, 4)
-    module = MultiHeadSelfAttention.from_projection_weights(*w, num_heads=2, layout="out_in", k_bias=b_k)
+    module = from_projection_weights(*w, num_heads=2, layout="out_in", k_bias=b_k)
     assert module.out_proj.bias is None
     torch.testing.assert_close(module(x), _reference_mhsa(x, *w, 2, b_k=b_k)[0])
 
@@ -213,13 +238,13 @@ def test_from_head_weights_matches_per_head_formula():
     w_o = _randn(gen, heads * d_head, d_out)  # C @ W_O with C (seq, heads * d_head)
     e = _randn(gen, 4, d_in)
     contexts = []
-    for wq, wk, wv in zip(q_heads, k_heads, v_heads):
+    for wq, wk, wv in zip(q_heads, k_heads, v_heads, strict=True):
         scores = (e @ wq) @ (e @ wk).T / math.sqrt(d_head)
         contexts.append(torch.softmax(scores, dim=-1) @ (e @ wv))
     expected = torch.cat(contexts, dim=-1) @ w_o
-    module = MultiHeadSelfAttention.from_head_weights(q_heads, k_heads, v_heads, w_o, layout="in_out")
+    module = from_head_weights(q_heads, k_heads, v_heads, w_o, layout="in_out")
     torch.testing.assert_close(module(e), expected)
-    module_out_in = MultiHeadSelfAttention.from_head_weights(
+    module_out_in = from_head_weights(
         [w.T for w in q_heads], [w.T for w in k_heads], [w.T for w in v_heads], w_o.T, layout="out_in"
     )
     torch.testing.assert_close(module_out_in(e), expected)
@@ -248,12 +273,12 @@ def test_from_fused_qkv_per_head_matches_seed_004(is_decoder):
     w_o, b_o = _randn(gen, d_model, d_model), _randn(gen, d_model)
     x = _randn(gen, batch, seq, d_in)
     expected = _seed_004_forward_fixed(x, w_fused, b_fused, w_o, b_o, heads, is_decoder)
-    module = MultiHeadSelfAttention.from_fused_qkv(
+    module = from_fused_qkv(
         w_fused, w_o, num_heads=heads, fused_layout="per_head", qkv_bias=b_fused, o_bias=b_o, causal=is_decoder
     )
     torch.testing.assert_close(module(x), expected)
     # Reading the same matrix as "stacked" is a different model.
-    wrong = MultiHeadSelfAttention.from_fused_qkv(
+    wrong = from_fused_qkv(
         w_fused, w_o, num_heads=heads, fused_layout="stacked", qkv_bias=b_fused, o_bias=b_o, causal=is_decoder
     )
     assert not torch.allclose(wrong(x), expected)
@@ -273,7 +298,12 @@ def module_and_input(draw, causal=True):
     seed = draw(SEEDS)
     torch.manual_seed(seed)
     module = MultiHeadSelfAttention(
-        num_heads * d_head, num_heads, causal=causal, rope=rope, rope_convention=convention, max_seq_len=16,
+        num_heads * d_head,
+        num_heads,
+        causal=causal,
+        rope=rope,
+        rope_convention=convention,
+        max_seq_len=16,
         dtype=F64,
     ).eval()
     x = torch.randn(batch, seq, num_heads * d_head, dtype=F64)
@@ -397,8 +427,10 @@ def test_rope_module_equals_reference_rotation_of_q_and_k():
     module = MultiHeadSelfAttention(8, 2, rope=True, causal=True, max_seq_len=32, dtype=F64)
     x = torch.randn(2, 6, 8, dtype=F64)
     positions = torch.arange(10, 16)
-    q, k, v = (x @ w.T + b for w, b in zip(
-        (module.q_weight, module.k_weight, module.v_weight), module.qkv_proj.bias.chunk(3)))
+    q, k, v = (
+        x @ w.T + b
+        for w, b in zip((module.q_weight, module.k_weight, module.v_weight), module.qkv_proj.bias.chunk(3), strict=True)
+    )
     rope = mhsa_helpers.RotaryEmbedding(4, max_seq_len=32)
     q = rope(mhsa_helpers.split_heads(q, 2), positions)
     k = rope(mhsa_helpers.split_heads(k, 2), positions)
@@ -411,9 +443,18 @@ def test_rope_module_equals_reference_rotation_of_q_and_k():
     torch.testing.assert_close(module(x, token_positions=positions.expand(2, 6)), expected)
     # And the functional form with the same weights.
     functional = multi_head_self_attention(
-        x, module.q_weight, module.k_weight, module.v_weight, module.o_weight, num_heads=2, causal=True,
-        rope_base=10000.0, token_positions=positions,
-        q_bias=module.qkv_proj.bias[:8], k_bias=module.qkv_proj.bias[8:16], v_bias=module.qkv_proj.bias[16:],
+        x,
+        module.q_weight,
+        module.k_weight,
+        module.v_weight,
+        module.o_weight,
+        num_heads=2,
+        causal=True,
+        rope_base=10000.0,
+        token_positions=positions,
+        q_bias=module.qkv_proj.bias[:8],
+        k_bias=module.qkv_proj.bias[8:16],
+        v_bias=module.qkv_proj.bias[16:],
         o_bias=module.out_proj.bias,
     )
     torch.testing.assert_close(functional, expected)
@@ -462,6 +503,8 @@ def test_module_and_rope_on_default_device():
     rotated = rope(pair)
     assert rotated.device.type == device.type
     torch.testing.assert_close(
-        rotated.cpu(), torch.tensor([[1.0, 0.0, 0.0, 0.0], [math.cos(1.0), math.sin(1.0), 0.0, 0.0]]),
-        atol=1e-6, rtol=0,
+        rotated.cpu(),
+        torch.tensor([[1.0, 0.0, 0.0, 0.0], [math.cos(1.0), math.sin(1.0), 0.0, 0.0]]),
+        atol=1e-6,
+        rtol=0,
     )

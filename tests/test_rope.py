@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mhsa_helpers import (
-    MultiHeadSelfAttention,
     RotaryEmbedding,
     permute_rope_weight,
     rope_frequencies,
     rope_permutation,
     split_heads,
 )
+from mhsa_helpers.weight_layouts import from_projection_weights
 
 SEEDS = st.integers(0, 2**31 - 1)
 CONVENTIONS = ["interleaved", "half_split"]
@@ -26,6 +26,7 @@ even_d_head = st.integers(1, 8).map(lambda n: 2 * n)
 
 
 # ---------------------------------------------------------------- references written out here
+
 
 def _inv_freq(d_head, base):
     return 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.float64) / d_head))
@@ -56,9 +57,7 @@ def _complex_rope(x, positions, base):
 
 
 def test_rope_frequencies_by_hand():
-    torch.testing.assert_close(
-        rope_frequencies(4, 10000.0), torch.tensor([1.0, 0.01], dtype=torch.float32)
-    )
+    torch.testing.assert_close(rope_frequencies(4, 10000.0), torch.tensor([1.0, 0.01], dtype=torch.float32))
     torch.testing.assert_close(
         rope_frequencies(6, 64.0).double(), torch.tensor([1.0, 0.25, 1 / 16], dtype=torch.float64)
     )
@@ -140,8 +139,11 @@ def test_scores_depend_only_on_relative_position(convention, d_head, m, n, shift
     assert not torch.allclose(score(m + 1, n), score(m, n), atol=1e-9, rtol=0)
 
 
-@given(convention_pair=st.sampled_from([("interleaved", "half_split"), ("half_split", "interleaved")]),
-       d_head=even_d_head, seed=SEEDS)
+@given(
+    convention_pair=st.sampled_from([("interleaved", "half_split"), ("half_split", "interleaved")]),
+    d_head=even_d_head,
+    seed=SEEDS,
+)
 def test_rope_permutation_property(convention_pair, d_head, seed):
     source, target = convention_pair
     gen = torch.Generator().manual_seed(seed)
@@ -203,10 +205,10 @@ def test_module_outputs_agree_after_permuting_wq_wk(source, target):
     x = torch.randn(3, seq, d_model, generator=gen, dtype=torch.float64)
     options = {"num_heads": num_heads, "layout": "out_in", "causal": True, "rope": True, "max_seq_len": 16}
 
-    original = MultiHeadSelfAttention.from_projection_weights(
+    original = from_projection_weights(
         w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope_convention=source, **options
     )
-    converted = MultiHeadSelfAttention.from_projection_weights(
+    converted = from_projection_weights(
         permute_rope_weight(w_q, num_heads, source, target),
         permute_rope_weight(w_k, num_heads, source, target),
         w_v,
@@ -217,7 +219,7 @@ def test_module_outputs_agree_after_permuting_wq_wk(source, target):
         rope_convention=target,
         **options,
     )
-    mixed = MultiHeadSelfAttention.from_projection_weights(
+    mixed = from_projection_weights(
         w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope_convention=target, **options
     )
     expected, expected_weights = original(x, need_weights=True)

@@ -22,19 +22,20 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import seed_systems as seeds  # noqa: E402
-
-from mhsa_helpers import (  # noqa: E402
+from mhsa_helpers import (
     MultiHeadSelfAttention,
     RotaryEmbedding,
     causal_mask,
+    examples,
     masked_softmax_neg_inf,
     masked_softmax_renormalize,
     multi_head_self_attention,
     split_heads,
 )
-from mhsa_helpers import examples  # noqa: E402
+from mhsa_helpers.weight_layouts import from_fused_qkv, from_head_weights, from_projection_weights
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import seed_systems as seeds
 
 # Numbers printed with 4 decimals are compared to 1e-4 (rounding leaves at most 5e-5).
 PRINTED = dict(atol=1e-4, rtol=0.0)
@@ -89,7 +90,7 @@ def _seed000_words_case():
 
 
 def _package_from_seed000(seed_module, **options) -> MultiHeadSelfAttention:
-    return MultiHeadSelfAttention.from_projection_weights(
+    return from_projection_weights(
         seed_module.W_q.weight,
         seed_module.W_k.weight,
         seed_module.W_v.weight,
@@ -122,7 +123,7 @@ def test_seed000_words_case_matches_package():
     """Seed 000 cell In [5] ("She loves cats", embedding created after seeding, module after
     that): package == seed module. The printed weights reproduce on torch 2.13.0."""
     seed_module, x, vocab, ids = _seed000_words_case()
-    assert examples.SHE_LOVES_CATS_VOCAB == vocab
+    assert vocab == examples.SHE_LOVES_CATS_VOCAB
     assert torch.equal(examples.she_loves_cats()[1], ids)
     expected_out, expected_weights = seed_module(x, x, x)
     package = _package_from_seed000(seed_module)
@@ -290,7 +291,7 @@ def _identity_out(d: int) -> torch.Tensor:
 
 def _package_from_single_head(seed_module, **options) -> MultiHeadSelfAttention:
     d = seed_module.W_query.weight.shape[0]
-    return MultiHeadSelfAttention.from_projection_weights(
+    return from_projection_weights(
         seed_module.W_query.weight,
         seed_module.W_key.weight,
         seed_module.W_value.weight,
@@ -302,7 +303,7 @@ def _package_from_single_head(seed_module, **options) -> MultiHeadSelfAttention:
 
 
 def _package_from_seed002_mha(seed_module, **options) -> MultiHeadSelfAttention:
-    return MultiHeadSelfAttention.from_projection_weights(
+    return from_projection_weights(
         seed_module.W_query.weight,
         seed_module.W_key.weight,
         seed_module.W_value.weight,
@@ -325,7 +326,7 @@ def test_seed002_self_attention_matches_package():
     torch.manual_seed(789)
     inputs = _journey()
     self_att = seeds.SelfAttention(3, 3)
-    context_vectors, attn_scores, attn_wt, key = self_att(inputs)
+    context_vectors, _attn_scores, attn_wt, _key = self_att(inputs)
     assert_close(attn_wt, torch.tensor(SEED002_PRINTED_ATTN_WT), **PRINTED)  # printed In [6]
 
     package = _package_from_single_head(self_att)
@@ -382,7 +383,7 @@ def test_seed002_causal_self_attention_matches_package():
     torch.manual_seed(789)
     batch = torch.stack((_journey(), _journey()), dim=0)
     cas_self_att = seeds.CausalSelfAttention(3, 3, context_ln=6, dropout=0.0)
-    cas_context_vectors, cas_attn_scores, cas_attn_wt, key = cas_self_att(batch)
+    cas_context_vectors, _cas_attn_scores, cas_attn_wt, _key = cas_self_att(batch)
     assert_close(cas_attn_wt[0], torch.tensor(SEED002_PRINTED_CAUSAL_WT), **PRINTED)
     assert_close(cas_context_vectors[1], torch.tensor(SEED002_PRINTED_CAUSAL_CONTEXT), **PRINTED)
 
@@ -546,15 +547,33 @@ def test_seed003_matches_functional_and_module(theta):
     assert expected.shape == (2, 3, 7, D_OUT) and expected_weights.shape == (2, 3, HEADS, 7, 7)
 
     out, weights = multi_head_self_attention(
-        x, q, k, v, o, num_heads=HEADS, causal=True, rope_base=theta,
-        rope_convention="interleaved", token_positions=positions, need_weights=True,
+        x,
+        q,
+        k,
+        v,
+        o,
+        num_heads=HEADS,
+        causal=True,
+        rope_base=theta,
+        rope_convention="interleaved",
+        token_positions=positions,
+        need_weights=True,
     )
     assert_close(out, expected)
     assert_close(weights, expected_weights)
 
-    module = MultiHeadSelfAttention.from_projection_weights(
-        q, k, v, o, num_heads=HEADS, layout="out_in", rope=True, causal=True,
-        rope_base=theta, rope_convention="interleaved", max_seq_len=MAX_SEQ,
+    module = from_projection_weights(
+        q,
+        k,
+        v,
+        o,
+        num_heads=HEADS,
+        layout="out_in",
+        rope=True,
+        causal=True,
+        rope_base=theta,
+        rope_convention="interleaved",
+        max_seq_len=MAX_SEQ,
     )
     out, weights = module(x, token_positions=positions, need_weights=True)
     assert_close(out, expected)
@@ -576,9 +595,7 @@ def test_seed003_per_example_positions_quirk():
     q, k, v, o = _seed003_weights()
     torch.manual_seed(1)
     x = torch.randn(3, 7, D_IN)
-    positions = torch.stack(
-        (torch.arange(0, 7), torch.arange(4, 11), torch.tensor([2, 3, 5, 8, 13, 21, 34]))
-    )
+    positions = torch.stack((torch.arange(0, 7), torch.arange(4, 11), torch.tensor([2, 3, 5, 8, 13, 21, 34])))
     theta = 10000.0
     seed_model, calls = _seed003_module(theta)
     with pytest.raises(RuntimeError):
@@ -589,16 +606,32 @@ def test_seed003_per_example_positions_quirk():
     expected_weights = torch.stack([call["output"] for call in calls])
     assert expected_weights.shape == (3, HEADS, 7, 7)
 
-    module = MultiHeadSelfAttention.from_projection_weights(
-        q, k, v, o, num_heads=HEADS, layout="out_in", rope=True, causal=True,
-        rope_base=theta, max_seq_len=MAX_SEQ,
+    module = from_projection_weights(
+        q,
+        k,
+        v,
+        o,
+        num_heads=HEADS,
+        layout="out_in",
+        rope=True,
+        causal=True,
+        rope_base=theta,
+        max_seq_len=MAX_SEQ,
     )
     out, weights = module(x, token_positions=positions, need_weights=True)
     assert_close(out, expected)
     assert_close(weights, expected_weights)
     out, weights = multi_head_self_attention(
-        x, q, k, v, o, num_heads=HEADS, causal=True, rope_base=theta,
-        token_positions=positions, need_weights=True,
+        x,
+        q,
+        k,
+        v,
+        o,
+        num_heads=HEADS,
+        causal=True,
+        rope_base=theta,
+        token_positions=positions,
+        need_weights=True,
     )
     assert_close(out, expected)
     assert_close(weights, expected_weights)
@@ -615,9 +648,7 @@ def test_seed003_quirk_boundary_single_head_or_single_example():
     x = torch.randn(2, 6, D_IN)
     seed_model, _ = _seed003_module(theta, num_heads=1)
     expected = seed_model(q, k, v, o, x, positions)
-    out = multi_head_self_attention(
-        x, q, k, v, o, num_heads=1, causal=True, rope_base=theta, token_positions=positions
-    )
+    out = multi_head_self_attention(x, q, k, v, o, num_heads=1, causal=True, rope_base=theta, token_positions=positions)
     assert_close(out, expected)
 
     seed_model, _ = _seed003_module(theta)
@@ -639,7 +670,7 @@ def _seed004(input_dim: int, d_model: int, num_heads: int, is_decoder: bool, fix
 
 
 def _package_from_seed004(seed_module, causal: bool) -> MultiHeadSelfAttention:
-    return MultiHeadSelfAttention.from_fused_qkv(
+    return from_fused_qkv(
         seed_module.qkv_layer.weight,
         seed_module.linear_layer.weight,
         num_heads=seed_module.num_heads,
@@ -778,7 +809,7 @@ def _matmul(a, b):
 
 
 def _transpose(a):
-    return [list(column) for column in zip(*a)]
+    return [list(column) for column in zip(*a, strict=True)]
 
 
 def _softmax_rows(a):
@@ -793,7 +824,7 @@ def _softmax_rows(a):
 def _hand_multi_head():
     """Per-head weights and the full output O = Concat(C^1, C^2) @ W_O^T, by hand."""
     head_outputs, head_weights = [], []
-    for w_q, w_k, w_v in zip(W_Q, W_K, W_V):
+    for w_q, w_k, w_v in zip(W_Q, W_K, W_V, strict=True):
         q, k, v = (_matmul(E_MONEY_BANK_GROWS, w) for w in (w_q, w_k, w_v))
         scores = [[value / math.sqrt(3) for value in row] for row in _matmul(q, _transpose(k))]
         weights = _softmax_rows(scores)
@@ -808,9 +839,13 @@ def _t(rows):
 
 
 def _package_seed001(**options) -> MultiHeadSelfAttention:
-    return MultiHeadSelfAttention.from_head_weights(
-        [_t(w) for w in W_Q], [_t(w) for w in W_K], [_t(w) for w in W_V],
-        _t(W_O_PRINTED).T, layout="in_out", **options,
+    return from_head_weights(
+        [_t(w) for w in W_Q],
+        [_t(w) for w in W_K],
+        [_t(w) for w in W_V],
+        _t(W_O_PRINTED).T,
+        layout="in_out",
+        **options,
     )
 
 
@@ -886,7 +921,5 @@ def test_seed001_full_output_by_hand():
     assert_close(module(_t(E_MONEY_BANK_GROWS)), _t(hand_output))
     # Same model from the package's own example data.
     data = examples.money_bank_grows()
-    from_examples = MultiHeadSelfAttention.from_head_weights(
-        list(data.w_q), list(data.w_k), list(data.w_v), data.w_o.T, layout="in_out"
-    )
+    from_examples = from_head_weights(list(data.w_q), list(data.w_k), list(data.w_v), data.w_o.T, layout="in_out")
     assert_close(from_examples(data.embeddings), _t(hand_output))

@@ -65,9 +65,7 @@ def test_fully_masked_rows_give_zeros_not_nan():
     w = softmax(x)
     assert not torch.isnan(w).any()
     e = math.exp(1.5)
-    expected = torch.tensor(
-        [[1 / (1 + e), 0.0, e / (1 + e)], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64
-    )
+    expected = torch.tensor([[1 / (1 + e), 0.0, e / (1 + e)], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(w, expected)
     # torch.softmax itself gives NaN on the empty row: ours differs on purpose.
     assert torch.isnan(torch.softmax(x, -1)[1]).all()

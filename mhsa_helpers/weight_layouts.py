@@ -1,0 +1,271 @@
+"""Where the weights of multi-head attention come from, and how their layouts convert.
+
+Taught in notebook 04: per-head matrices (section 2) and one big matrix cut into heads
+(section 3), the fused QKV row orders (section 8), and the weights of
+``torch.nn.MultiheadAttention`` (section 9); the paper's ``E @ W`` layout in notebook 01
+("Paper layout versus PyTorch layout"); the RoPE weight permutation in notebook 05, section 9.
+
+Two equivalent views of multi-head projections:
+
+* per head: ``h`` separate matrices per projection, one per head, each ``(d_head, d_in)``
+  in PyTorch's layout (notebook 01's "Money Bank Grows");
+* stacked (PyTorch): one big ``(h * d_head, d_in)`` matrix whose rows
+  ``i*d_head:(i+1)*d_head`` belong to head ``i``.
+
+Fused QKV matrices come in two row orders:
+
+* ``"stacked"`` (``nn.MultiheadAttention.in_proj_weight``, nanoGPT's ``c_attn``):
+  ``[W_Q; W_K; W_V]``, each ``(d_model, d_in)``;
+* ``"per_head"``: for each head in turn, its ``[q | k | v]`` rows, each block ``(d_head, d_in)``.
+
+Weights use PyTorch's ``nn.Linear`` layout ``(d_out, d_in)``, applied as ``x @ W^T``.
+Pen-and-paper notes write ``E @ W`` with ``W (d_in, d_out)``: the loaders take a required
+``layout`` argument, ``"out_in"`` or ``"in_out"``, and never guess it from the shape (a square
+toy matrix fits both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import checks
+from .checks import FUSED_QKV_LAYOUTS, WEIGHT_LAYOUTS
+from .mha import MultiHeadSelfAttention
+
+__all__ = [
+    "FUSED_QKV_LAYOUTS",
+    "WEIGHT_LAYOUTS",
+    "from_fused_qkv",
+    "from_head_weights",
+    "from_projection_weights",
+    "from_torch_mha",
+    "fused_qkv_per_head_to_stacked",
+    "fused_qkv_stacked_to_per_head",
+    "permute_rope_weight",
+    "rope_permutation",
+    "stack_head_weights",
+    "unstack_head_weights",
+]
+
+# ----------------------------------------------------------------------------- per head <-> stacked
+
+
+@checks.checked_by(checks.stack_head_weights_args)
+def stack_head_weights(head_weights: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-head projection matrices ``h x (d_head, d_in)`` -> one ``(h * d_head, d_in)``.
+
+    Both sides are in PyTorch's ``(d_out, d_in)`` layout; transpose matrices written as
+    ``E @ W`` with ``W (d_in, d_head)`` first.
+    """
+    return torch.cat(list(head_weights), dim=0)
+
+
+@checks.checked_by(checks.unstack_head_weights_args)
+def unstack_head_weights(weight: torch.Tensor, num_heads: int) -> list[torch.Tensor]:
+    """One ``(h * d_head, d_in)`` projection matrix -> ``h`` matrices ``(d_head, d_in)``."""
+    return list(weight.chunk(num_heads, dim=0))
+
+
+# ----------------------------------------------------------------------------- fused QKV row orders
+
+
+@checks.checked_by(checks.fused_qkv_args)
+def fused_qkv_per_head_to_stacked(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Per-head ``[q|k|v]`` row blocks -> PyTorch's stacked ``[Q; K; V]``.
+
+    Shapes: ``(3 * d_model, d_in)`` weight or ``(3 * d_model,)`` bias, same shape out.
+    """
+    d_head = weight.shape[0] // (3 * num_heads)
+    # rows are indexed (head, part, i); reorder to (part, head, i)
+    return weight.reshape(num_heads, 3, d_head, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+
+
+@checks.checked_by(checks.fused_qkv_args)
+def fused_qkv_stacked_to_per_head(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """PyTorch's stacked ``[Q; K; V]`` rows -> per-head ``[q|k|v]`` blocks.
+
+    Shapes: ``(3 * d_model, d_in)`` weight or ``(3 * d_model,)`` bias, same shape out.
+    """
+    d_head = weight.shape[0] // (3 * num_heads)
+    # rows are indexed (part, head, i); reorder to (head, part, i)
+    return weight.reshape(3, num_heads, d_head, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+
+
+# ----------------------------------------------------------------------------- RoPE pairing conventions
+
+
+@checks.checked_by(checks.rope_permutation_args)
+def rope_permutation(d_head: int, source: str, target: str) -> torch.Tensor:
+    """Index ``perm`` with ``rope_target(x[..., perm]) == rope_source(x)[..., perm]``.
+
+    Reordering a head's q/k features by ``perm`` turns a model trained with the
+    ``source`` pairing into one that uses the ``target`` pairing with identical scores.
+    Shape ``(d_head,)``, int64.
+    """
+    if source == target:
+        return torch.arange(d_head)
+    interleaved_to_half = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
+    if source == "interleaved":
+        return interleaved_to_half
+    return torch.argsort(interleaved_to_half)
+
+
+@checks.checked_by(checks.permute_rope_weight_args)
+def permute_rope_weight(weight: torch.Tensor, num_heads: int, source: str, target: str) -> torch.Tensor:
+    """Reorder the output rows of a q or k projection from one RoPE pairing to the other.
+
+    Shapes: ``weight (num_heads * d_head, d_in)`` in PyTorch's ``(d_out, d_in)`` layout,
+    or a bias ``(num_heads * d_head,)``; same shape out. Apply it to ``W_Q`` and ``W_K``
+    (never ``W_V``); attention scores and outputs are unchanged.
+    """
+    d_head = weight.shape[0] // num_heads
+    perm = rope_permutation.unchecked(d_head, source, target).to(weight.device)
+    heads = weight.reshape(num_heads, d_head, *weight.shape[1:])
+    return heads[:, perm].reshape(weight.shape)
+
+
+# ----------------------------------------------------------------------------- loaders
+
+
+@checks.checked_by(checks.projection_weights_args)
+def from_projection_weights(
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    v_weight: torch.Tensor,
+    o_weight: torch.Tensor,
+    *,
+    num_heads: int,
+    layout: str,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+    v_bias: torch.Tensor | None = None,
+    o_bias: torch.Tensor | None = None,
+    **options: Any,
+) -> MultiHeadSelfAttention:
+    """A module holding copies of four projection matrices.
+
+    ``layout="out_in"``: ``W_Q, W_K, W_V (d_model, d_in)``, ``W_O (d_out, d_model)``
+    (``nn.Linear.weight``, used as ``x @ W.T``).
+    ``layout="in_out"``: ``W_Q, W_K, W_V (d_in, d_model)``, ``W_O (d_model, d_out)``
+    (written ``E @ W`` on paper). Missing q/k/v biases are zero when any is given.
+    ``options`` go to the constructor (``causal``, ``rope``, ``dropout``, ...); sizes,
+    biases, device and dtype come from the weights.
+    """
+    weights = [q_weight, k_weight, v_weight, o_weight]
+    if layout == "in_out":
+        weights = [w.transpose(0, 1) for w in weights]
+    q_w, k_w, v_w, o_w = weights
+    d_model, d_in = q_w.shape
+    qkv_biases = (q_bias, k_bias, v_bias)
+    has_qkv_bias = any(b is not None for b in qkv_biases)
+    module = MultiHeadSelfAttention(
+        d_model,
+        num_heads,
+        d_in=d_in,
+        d_out=o_w.shape[0],
+        qkv_bias=has_qkv_bias,
+        out_bias=o_bias is not None,
+        device=q_w.device,
+        dtype=q_w.dtype,
+        **options,
+    )
+    with torch.no_grad():
+        module.qkv_proj.weight.copy_(torch.cat((q_w, k_w, v_w), dim=0))
+        module.out_proj.weight.copy_(o_w)
+        if has_qkv_bias:
+            zeros = torch.zeros(d_model, dtype=q_w.dtype, device=q_w.device)
+            module.qkv_proj.bias.copy_(torch.cat([zeros if b is None else b for b in qkv_biases]))
+        if o_bias is not None:
+            module.out_proj.bias.copy_(o_bias)
+    return module
+
+
+@checks.checked_by(checks.head_weights_args)
+def from_head_weights(
+    q_heads: Sequence[torch.Tensor],
+    k_heads: Sequence[torch.Tensor],
+    v_heads: Sequence[torch.Tensor],
+    o_weight: torch.Tensor,
+    *,
+    layout: str,
+    **options: Any,
+) -> MultiHeadSelfAttention:
+    """A module from one set of ``W_Q^i, W_K^i, W_V^i`` per head (notebook 01's view).
+
+    ``layout="in_out"``: each head matrix is ``(d_in, d_head)`` and ``W_O`` is
+    ``(heads * d_head, d_out)``; ``"out_in"``: ``(d_head, d_in)`` and ``(d_out, heads * d_head)``.
+    Head ``i`` becomes rows ``i*d_head:(i+1)*d_head`` of the stacked projections.
+    """
+    if layout == "in_out":
+        q_heads, k_heads, v_heads = ([head.transpose(0, 1) for head in heads] for heads in (q_heads, k_heads, v_heads))
+        o_weight = o_weight.transpose(0, 1)
+    q_w, k_w, v_w = (stack_head_weights.unchecked(heads) for heads in (q_heads, k_heads, v_heads))
+    return from_projection_weights.unchecked(
+        q_w, k_w, v_w, o_weight, num_heads=len(q_heads), layout="out_in", **options
+    )
+
+
+@checks.checked_by(checks.fused_qkv_loader_args)
+def from_fused_qkv(
+    qkv_weight: torch.Tensor,
+    o_weight: torch.Tensor,
+    *,
+    num_heads: int,
+    fused_layout: str,
+    qkv_bias: torch.Tensor | None = None,
+    o_bias: torch.Tensor | None = None,
+    **options: Any,
+) -> MultiHeadSelfAttention:
+    """A module from one fused ``(3 * d_model, d_in)`` QKV matrix (``nn.Linear`` layout).
+
+    ``fused_layout="stacked"``: rows ``[W_Q; W_K; W_V]`` (PyTorch, nanoGPT);
+    ``"per_head"``: for each head its ``[q|k|v]`` row blocks.
+    ``o_weight`` is ``(d_out, d_model)``.
+    """
+    if fused_layout == "per_head":
+        qkv_weight = fused_qkv_per_head_to_stacked.unchecked(qkv_weight, num_heads)
+        if qkv_bias is not None:
+            qkv_bias = fused_qkv_per_head_to_stacked.unchecked(qkv_bias, num_heads)
+    q_w, k_w, v_w = qkv_weight.chunk(3, dim=0)
+    q_b, k_b, v_b = (None, None, None) if qkv_bias is None else qkv_bias.chunk(3)
+    return from_projection_weights.unchecked(
+        q_w,
+        k_w,
+        v_w,
+        o_weight,
+        num_heads=num_heads,
+        layout="out_in",
+        q_bias=q_b,
+        k_bias=k_b,
+        v_bias=v_b,
+        o_bias=o_bias,
+        **options,
+    )
+
+
+@checks.checked_by(checks.torch_mha_args)
+def from_torch_mha(mha: nn.MultiheadAttention, **options: Any) -> MultiHeadSelfAttention:
+    """A module with the weights of a ``torch.nn.MultiheadAttention`` (self-attention use).
+
+    Masks are not copied: pass ``causal=True`` or a ``mask`` (True = may attend; PyTorch's
+    boolean ``attn_mask`` uses True = blocked, so pass ``~attn_mask``). ``mha.dropout`` is
+    copied unless ``dropout`` is given.
+
+    Inputs: this module takes ``(batch, seq, d)``; an ``nn.MultiheadAttention`` built with
+    ``batch_first=False`` (the default) takes ``(seq, batch, d)``, so compare
+    ``module(x)`` with ``mha(x_t, x_t, x_t)[0].transpose(0, 1)`` for ``x_t = x.transpose(0, 1)``.
+    """
+    options.setdefault("dropout", mha.dropout)
+    return from_fused_qkv.unchecked(
+        mha.in_proj_weight.detach(),
+        mha.out_proj.weight.detach(),
+        num_heads=mha.num_heads,
+        fused_layout="stacked",
+        qkv_bias=None if mha.in_proj_bias is None else mha.in_proj_bias.detach(),
+        o_bias=None if mha.out_proj.bias is None else mha.out_proj.bias.detach(),
+        **options,
+    )
