@@ -1,0 +1,132 @@
+"""Sphinx configuration of the website: the executed notebooks as pages, built offline.
+
+Build it with ``make site`` (``sphinx-build -b html -c book . build/site``): the source folder
+is the repository's root, so each page sits at its notebook's path (``notebooks/01_….html``)
+and the "Open in Colab" link is the notebook's own path in the repository. Only the notebooks
+of :data:`mhsa_helpers.lessons.LESSONS` and this folder's pages are read, in the registry's
+order; the notebooks are shown as committed (executed), never run again.
+
+Nothing on a page is fetched from another site: MathJax 3 is copied from the
+``django-static-mathjax`` package into ``_static/mathjax``, the notebooks' remote Colab badge
+image becomes a local icon, and any other remote image fails the build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path, PurePosixPath
+
+from docutils import nodes
+from sphinx.transforms import SphinxTransform
+
+from mhsa_helpers.lessons import LESSONS
+
+#: Where the notebooks are published; the Colab links are built from it and the branch.
+REPOSITORY_URL = "https://github.com/attention-step-by-step/attention-step-by-step"
+REPOSITORY_BRANCH = "main"
+COLAB_URL = "https://colab.research.google.com"
+#: The notebooks' "Open in Colab" badge: a remote image, drawn here by ``_static/site.css`` instead.
+COLAB_BADGE = f"{COLAB_URL}/assets/colab-badge.svg"
+
+MATHJAX = Path(importlib.util.find_spec("mathjax").origin).parent / "static" / "mathjax" / "es5"
+
+project = "Attention, step by step"
+author = "the Attention, step by step authors"
+copyright = "the Attention, step by step authors"  # no year: the build is the same on any day
+
+extensions = ["myst_nb"]
+root_doc = "book/index"
+# The source folder is the repository: read this folder's pages and the registry's notebooks only.
+include_patterns = ["book/*.md"]
+for _lesson in LESSONS:
+    include_patterns += [str(path) for path in (_lesson.notebook, _lesson.solutions) if path is not None]
+exclude_patterns = [".*", "build", "dist", "**/__pycache__", "**/.ipynb_checkpoints", "book/_templates"]
+templates_path = ["_templates"]
+html_static_path = ["_static"]
+
+# The notebooks are committed executed (and nbval-checked): show them as they are.
+nb_execution_mode = "off"
+# An explorer's widget view needs a kernel; its static picture (image/png, text/html) is shown instead.
+nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+# No ipywidgets JavaScript (it would come from a CDN).
+nb_ipywidgets_js = {}
+myst_enable_extensions = ["dollarmath", "amsmath"]
+myst_heading_anchors = 3
+# The solutions notebooks jump from the title (H1) to each exercise (H3), as in Jupyter: by design.
+suppress_warnings = ["myst.header"]
+
+# MathJax 3 from the pip package django-static-mathjax (MathJax's own files, no dependencies), served from
+# this site. Its SVG output draws the glyphs itself: no font is fetched.
+mathjax_path = "mathjax/tex-svg.js"
+
+html_theme = "sphinx_book_theme"
+html_title = project
+# Without one, browsers ask for /favicon.ico (a 404).
+html_favicon = "_static/favicon.svg"
+html_copy_source = False
+html_last_updated_fmt = None
+html_additional_pages = {"index": "redirect.html"}
+# An empty default mode is logged as a console error by the theme.
+html_context = {"redirect_to": "book/index.html", "default_mode": "auto"}
+html_theme_options = {
+    "repository_url": REPOSITORY_URL,
+    "repository_branch": REPOSITORY_BRANCH,
+    "path_to_docs": "",
+    "use_repository_button": True,
+    "launch_buttons": {"colab_url": COLAB_URL},
+    "home_page_in_toc": True,
+    "show_toc_level": 2,
+}
+
+
+def doc_link(title: str, notebook: PurePosixPath) -> str:
+    return f"{{doc}}`{title} </{notebook.with_suffix('')}>`"
+
+
+def series_table() -> str:
+    """The front page's table of the lessons, and the navigation (lessons, then solutions) in the registry's order."""
+    rows = ["| # | notebook | the idea | solutions |", "|---|---|---|---|"]
+    for item in LESSONS:
+        solutions = doc_link("solutions", item.solutions) if item.solutions is not None else ""
+        rows.append(f"| {item.number:02d} | {doc_link(item.title, item.notebook)} | {item.summary} | {solutions} |")
+    lessons = [f"{item.number:02d} · {item.title} </{item.notebook.with_suffix('')}>" for item in LESSONS]
+    solutions = [
+        f"{item.number:02d} · Solutions </{item.solutions.with_suffix('')}>" for item in LESSONS if item.solutions
+    ]
+    blocks = ["\n".join(rows)]
+    for caption, entries in (("The series", lessons), ("Solutions", solutions)):
+        blocks.append(f"```{{toctree}}\n:caption: {caption}\n:hidden:\n\n" + "\n".join(entries) + "\n```")
+    return "\n\n" + "\n\n".join(blocks) + "\n"
+
+
+def add_series_table(app, docname: str, source: list[str]) -> None:
+    if docname == root_doc:
+        source[0] += series_table()
+
+
+class LocaliseRemoteImages(SphinxTransform):
+    """The Colab badge becomes a label drawn by ``site.css``; any other remote image is an error."""
+
+    default_priority = 100
+
+    def apply(self, **kwargs: object) -> None:
+        for image in list(self.document.findall(nodes.image)):
+            uri = image.get("uri", "")
+            if uri == COLAB_BADGE:
+                image.replace_self(nodes.inline("", "Open in Colab", classes=["colab-badge"]))
+            elif "://" in uri or uri.startswith("//"):
+                raise ValueError(f"{self.env.docname}: remote image {uri!r} would be fetched by every reader's browser")
+
+
+def copy_mathjax(app) -> None:
+    # Before the pages are written, so that every build links the same files.
+    if app.builder.format == "html":
+        shutil.copytree(MATHJAX, Path(app.outdir) / "_static" / "mathjax", dirs_exist_ok=True)
+
+
+def setup(app) -> None:
+    app.connect("source-read", add_series_table)
+    app.add_transform(LocaliseRemoteImages)
+    app.connect("builder-inited", copy_mathjax)
+    app.add_css_file("site.css")

@@ -1,0 +1,296 @@
+"""The website (``make site``) built from the executed notebooks, opened in headless Chromium.
+
+The site is built once into a temporary folder with the same command as ``make site``
+(``sphinx-build -W --keep-going -E -b html -c book -d <doctrees> . <out>``: any Sphinx
+warning fails it), then served by a local HTTP server on 127.0.0.1 and opened by Chromium
+(Debian's, at /usr/bin/chromium, launched as in test_jupyterlab.py: the test fails, not
+skips, without it).
+
+Every page of the registry's notebooks (lessons and solutions) must be there; on each, every
+image must load, every formula must be typeset by the site's own MathJax, no console error or
+page error may occur, and the "Open in Colab" links must be the notebook's own badge link.
+Every request any page makes is recorded: all must go to the local server (a font, a CDN or
+an analytics script from another host fails the test). The navigation lists the lessons, then
+their solutions, in the registry's order, and the search page finds a lesson by a word in it.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from mhsa_helpers.lessons import LESSONS
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+# The launch settings of test_jupyterlab.py.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BUILD_TIMEOUT = 300
+LOAD_TIMEOUT_MS = 30_000
+COLAB_BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]+)\)")
+
+pytestmark = pytest.mark.browser
+
+
+def notebooks() -> list[Path]:
+    """The registry's notebooks in the order of the series: lessons first, then solutions."""
+    paths = [Path(item.notebook) for item in LESSONS]
+    paths += [Path(item.solutions) for item in LESSONS if item.solutions is not None]
+    return paths
+
+
+def page_of(notebook: Path) -> str:
+    return notebook.with_suffix(".html").as_posix()
+
+
+def read_notebook(notebook: Path) -> dict:
+    return json.loads((ROOT / notebook).read_text(encoding="utf-8"))
+
+
+def badge_link(notebook: Path) -> str:
+    """The "Open in Colab" link written in the notebook itself (its first markdown cell)."""
+    for cell in read_notebook(notebook)["cells"]:
+        if cell["cell_type"] == "markdown":
+            match = COLAB_BADGE_LINK.search("".join(cell["source"]))
+            if match:
+                return match.group(1)
+    raise AssertionError(f"{notebook} has no Open In Colab badge")
+
+
+def png_outputs(notebook: Path) -> int:
+    """Outputs whose best static form is a PNG (no HTML or SVG form preferred over it)."""
+    count = 0
+    for cell in read_notebook(notebook)["cells"]:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" in data and "text/html" not in data and "image/svg+xml" not in data:
+                count += 1
+    return count
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    doctrees = tmp_path_factory.mktemp("doctrees")
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html", "-c", "book"]
+    command += ["-d", str(doctrees), ".", str(out)]
+    build = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    assert build.returncode == 0, f"sphinx-build failed:\n{build.stdout}\n{build.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(site: Path):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        # The browser closing a page mid-download is not an error of the site.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+class Visit:
+    """A browser page that records every request, console error and page error."""
+
+    def __init__(self, browser, origin: str) -> None:
+        self.origin = origin
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.failed: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.page.on("request", lambda request: self.requests.append(request.url))
+        self.page.on("requestfailed", lambda request: self.failed.append(f"{request.url}: {request.failure}"))
+        self.page.on(
+            "response",
+            lambda response: (
+                self.failed.append(f"{response.url}: HTTP {response.status}") if response.status >= 400 else None
+            ),
+        )
+        self.page.on(
+            "console",
+            lambda msg: self.errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None,
+        )
+        self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+
+    def open(self, path: str):
+        response = self.page.goto(self.origin + path, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        assert response is not None and response.status == 200, f"{path}: HTTP {response and response.status}"
+        return response
+
+    def external_requests(self) -> list[str]:
+        return [url for url in self.requests if not url.startswith((self.origin, "data:", "blob:"))]
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def visit(browser, server):
+    opened = Visit(browser, server)
+    yield opened
+    opened.close()
+
+
+def typeset(page) -> dict:
+    """Wait for MathJax to finish typesetting, then list the formulas it did not render."""
+    page.wait_for_function(
+        "() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=LOAD_TIMEOUT_MS
+    )
+    page.evaluate("() => MathJax.startup.promise")
+    return page.evaluate(
+        """() => {
+            const formulas = [...document.querySelectorAll('.math')];
+            return {
+                formulas: formulas.length,
+                unrendered: formulas.filter(m => !m.querySelector('mjx-container svg'))
+                    .map(m => m.textContent.slice(0, 80)),
+                errors: [...document.querySelectorAll('mjx-merror, [data-mjx-error]')]
+                    .map(e => e.textContent.slice(0, 80)),
+                jax: window.MathJax.version,
+            };
+        }"""
+    )
+
+
+def images(page) -> list[dict]:
+    return page.evaluate(
+        """() => [...document.querySelectorAll('img')].map(img => ({
+            src: img.currentSrc || img.src, complete: img.complete, width: img.naturalWidth,
+            output: !!img.closest('.cell_output')}))"""
+    )
+
+
+@pytest.mark.parametrize("notebook", notebooks(), ids=lambda path: path.stem)
+def test_notebook_page(visit, notebook):
+    visit.open(page_of(notebook))
+    page = visit.page
+
+    pictures = images(page)
+    broken = [image["src"] for image in pictures if not image["complete"] or image["width"] == 0]
+    assert not broken, f"images that did not load: {broken}"
+    shown = sum(image["output"] for image in pictures)
+    assert shown >= png_outputs(notebook), f"{shown} output images, the notebook has {png_outputs(notebook)} PNGs"
+    if png_outputs(notebook):
+        assert shown > 0
+
+    math = typeset(page)
+    assert math["jax"].startswith("3."), math
+    sources = "".join(
+        "".join(cell["source"]) for cell in read_notebook(notebook)["cells"] if cell["cell_type"] == "markdown"
+    )
+    if "$" in sources:
+        assert math["formulas"] > 0, "the notebook's markdown has $…$ but the page has no formula"
+    assert not math["unrendered"], f"formulas MathJax did not typeset: {math['unrendered'][:5]}"
+    assert not math["errors"], f"MathJax errors: {math['errors'][:5]}"
+    raw = page.evaluate("() => document.querySelector('main').innerText")
+    assert "\\(" not in raw and "\\[" not in raw, "TeX delimiters left in the page's text"
+
+    colab = badge_link(notebook)
+    assert colab.startswith("https://colab.research.google.com/github/")
+    assert colab.endswith(f"/blob/main/{notebook.as_posix()}"), colab
+    hrefs = page.eval_on_selector_all("a[href]", "links => links.map(a => a.getAttribute('href'))")
+    assert hrefs.count(colab) >= 2, "the page's Colab launch button and its badge both open this notebook"
+    assert page.get_by_text("Open in Colab", exact=True).first.is_visible()
+    assert not page.locator("script[type='application/vnd.jupyter.widget-view+json']").count()
+
+    assert not visit.failed, f"failed requests: {visit.failed}"
+    assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
+    assert not visit.errors, "browser console errors:\n" + "\n".join(visit.errors)
+
+
+def test_front_page_and_navigation(visit, site):
+    expected = [page_of(path) for path in notebooks()]
+    assert sorted(p.relative_to(site).as_posix() for p in site.glob("notebooks/**/*.html")) == sorted(expected)
+
+    visit.open("")  # the site's root redirects to the front page
+    visit.page.wait_for_url("**/book/index.html", timeout=LOAD_TIMEOUT_MS)
+    assert visit.page.title().startswith("Attention, step by step")
+
+    def listed(selector: str) -> list[str]:
+        links = visit.page.eval_on_selector_all(selector, "links => links.map(a => a.href)")
+        return [link.removeprefix(visit.origin) for link in links if "/notebooks/" in link]
+
+    assert listed("nav.bd-links a") == expected, "the sidebar lists the lessons, then the solutions, in order"
+    table = listed("main table a")
+    assert table == [page for item in LESSONS for page in (page_of(Path(item.notebook)), page_of(Path(item.solutions)))]
+    titles = visit.page.eval_on_selector_all("nav.bd-links a", "links => links.map(a => a.textContent.trim())")
+    assert [title for title in titles if not title.endswith("Solutions")][1:] == [
+        f"{item.number:02d} · {item.title}" for item in LESSONS
+    ]
+
+    # "Next" walks the series in order.
+    for here, following in itertools.pairwise(expected):
+        visit.open(here)
+        assert visit.page.locator("a.right-next").evaluate("a => a.href") == visit.origin + following
+
+    assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
+    assert not visit.errors, "browser console errors:\n" + "\n".join(visit.errors)
+
+
+def test_search_finds_a_lesson(visit):
+    first = Path(LESSONS[0].notebook)
+    word = "Money"  # notebook 01 works on the sentence "Money Bank Grows"
+    assert word in "".join("".join(cell["source"]) for cell in read_notebook(first)["cells"])
+    visit.open(f"search.html?q={word}")
+    results = visit.page.locator("#search-results ul.search li a")
+    results.first.wait_for(timeout=LOAD_TIMEOUT_MS)
+    found = [link.removeprefix(visit.origin) for link in results.evaluate_all("links => links.map(a => a.href)")]
+    assert any(link.split("#")[0].split("?")[0] == page_of(first) for link in found), found
+    assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
+    assert not visit.errors, "browser console errors:\n" + "\n".join(visit.errors)
