@@ -6,6 +6,7 @@
 #   make typecheck  mypy over the core modules (configured in pyproject.toml)
 #   make notebooks  re-execute notebooks in place, each in a fresh kernel (NOTEBOOKS=... for some)
 #   make setup      create .venv and install the project with its dev tools
+#   make site       the website from the executed notebooks, in build/site (offline)
 #   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
@@ -44,7 +45,7 @@ KERNEL_ENV := $(shell grep -E '^[A-Z_]+=' scripts/kernel.env)
 NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.language_info.version"
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test lint typecheck notebooks clean-notebook-metadata colab-check bench bench-explorers \
+.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers \
 	clean distclean FORCE
 
 help:
@@ -120,3 +121,9 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# Sphinx + myst-nb reads the committed, executed notebooks listed in LESSONS (book/conf.py); it never runs them.
+site: setup
+	rm -rf build/site build/site-doctrees
+	$(VENV_PY) -m sphinx -W --keep-going -E -q -b html -c book -d build/site-doctrees . build/site
+	@echo "The site is in build/site/index.html"
