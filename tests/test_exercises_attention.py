@@ -402,7 +402,9 @@ def test_masked_softmax_mistakes(learner, name):
 
 def test_masked_softmax_cases_contain_fully_masked_rows():
     # Otherwise the NaN trap could not be detected: the NaN learner must not pass.
-    nan_learner = lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)  # noqa: E731
+    def nan_learner(s, m):
+        return torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)
+
     assert not check_masked_softmax(nan_learner, verbose=False).correct
 
 

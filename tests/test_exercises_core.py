@@ -326,8 +326,13 @@ def test_wrong_bool_mask_reports_its_difference_without_crashing():
 
 def test_a_bool_misconception_does_not_match_a_number_answer():
     inverted = Misconception("inverted", lambda n: ~_lower_triangle(n), "hint")
-    bool_learner = lambda n: ~_lower_triangle(n)  # noqa: E731
-    number_learner = lambda n: (~_lower_triangle(n)).float()  # noqa: E731
+
+    def bool_learner(n):
+        return ~_lower_triangle(n)
+
+    def number_learner(n):
+        return (~_lower_triangle(n)).float()
+
     assert check_function(
         "demo", bool_learner, _lower_triangle, MASK_CASES, [inverted], verbose=False
     ).misconception == ("inverted")

@@ -63,7 +63,7 @@ def test_lesson_looks_up_by_number_and_names_a_bad_number():
 
 def test_lessons_are_frozen():
     with pytest.raises(AttributeError):
-        LESSONS[0].number = 7  # type: ignore[misc]
+        LESSONS[0].number = 7  # type: ignore[misc]  # the refused assignment is what is tested
 
 
 # ------------------------------------------------------------------ against the files
