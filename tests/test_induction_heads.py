@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,16 +17,29 @@ from mhsa_helpers.lessons.induction_heads import (
     InductionConfig,
     attention_entropy,
     bos_score,
+    check_ablate_head,
+    check_induction_score,
+    check_previous_token_score,
+    check_repeat_chunk,
     evaluation_batch,
+    example_index,
+    exercises,
     find_induction_circuit,
     head_scores,
     in_context_loss,
     induction_score,
+    layer_heatmaps,
     load_checkpoints,
+    loss_curves,
     make_checkpoints,
     make_induction_batch,
+    phase_change_step,
     previous_token_score,
+    repeat_chunk,
+    score_bars,
+    smooth,
     train_induction,
+    training_explorer,
 )
 
 
@@ -282,3 +296,287 @@ def test_regenerated_checkpoints_match_the_shipped_ones():
     assert regenerated.history["induction_loss"] == pytest.approx(
         shipped.history["induction_loss"][: prefix[-1]], abs=1e-3
     )
+
+
+# ------------------------------------------------------------------ the repeated batch, by hand
+
+
+def test_repeat_chunk_copies_forward_and_marks_the_predictable_next_tokens():
+    noise = torch.tensor([[0, 5, 6, 7, 8, 9, 4, 3, 2, 1]])
+    tokens, mask = repeat_chunk(noise, torch.tensor([2]), torch.tensor([3]))
+    # Chunk 6 7 8 at 2..4 is written again at 5..7; next tokens predictable after positions 5 and 6.
+    assert tokens.tolist() == [[0, 5, 6, 7, 8, 6, 7, 8, 2, 1]]
+    assert mask.dtype == torch.bool and mask.tolist() == [[t in (5, 6) for t in range(10)]]
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((torch.zeros(2, 8), torch.tensor([1, 1]), torch.tensor([2, 2])), TypeError, "noise must be an integer tensor"),
+        ((torch.zeros(2, 8, dtype=torch.long), torch.tensor([1]), torch.tensor([2, 2])), ValueError, "first_start"),
+        ((torch.zeros(2, 8, dtype=torch.long), torch.tensor([1, 1]), 3), ValueError, "repeat_len must be a tensor"),
+        ((torch.zeros(1, 8, dtype=torch.long), torch.tensor([2]), torch.tensor([4])), ValueError, "inside seq=8"),
+        ((torch.zeros(1, 8, dtype=torch.long), torch.tensor([0]), torch.tensor([2])), ValueError, "after BOS"),
+    ],
+)
+def test_repeat_chunk_names_bad_input(args, error, message):
+    with pytest.raises(error, match=message):
+        repeat_chunk(*args)
+
+
+def test_phase_change_step_is_the_first_window_below_the_threshold():
+    losses = [3.0] * 20 + [0.5] * 20
+    # Window ending at step 28 holds two 3.0s and eight 0.5s: mean 1.0, not below; at step 29, one 3.0: 0.75.
+    assert phase_change_step(losses) == 29
+    assert phase_change_step([3.0] * 50) is None
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        phase_change_step(losses, window=0)
+
+
+def test_smooth_is_a_trailing_mean():
+    assert smooth([1.0, 3.0, 5.0, 7.0], window=2).tolist() == [1.0, 2.0, 4.0, 6.0]
+    with pytest.raises(ValueError, match="values must be a 1-D sequence"):
+        smooth([[1.0]])
+
+
+# ------------------------------------------------------------------ the checkers
+
+# Answers written here by hand (loops, not the package's vectorised code).
+
+
+def loop_previous_token(weights):
+    batch, heads, seq, _ = weights.shape
+    total = torch.zeros(heads, dtype=weights.dtype)
+    for b in range(batch):
+        for t in range(1, seq):
+            total += weights[b, :, t, t - 1]
+    return total / (batch * (seq - 1))
+
+
+def loop_induction(weights, first_start, repeat_len, *, shift=1, queries="copy"):
+    total, count = torch.zeros(weights.shape[1], dtype=weights.dtype), 0
+    for b in range(weights.shape[0]):
+        s, n = int(first_start[b]), int(repeat_len[b])
+        ts = range(s + n, s + 2 * n) if queries == "copy" else range(n - 1, weights.shape[-1])
+        for t in ts:
+            total += weights[b, :, t, t - n + shift]
+            count += 1
+    return total / count
+
+
+def loop_repeat(noise, first_start, repeat_len):
+    tokens, mask = noise.clone(), torch.zeros(noise.shape, dtype=torch.bool)
+    for b in range(noise.shape[0]):
+        s, n = int(first_start[b]), int(repeat_len[b])
+        for i in range(n):
+            tokens[b, s + n + i] = noise[b, s + i]
+        for t in range(s + n, s + 2 * n - 1):
+            mask[b, t] = True
+    return tokens, mask
+
+
+def slice_ablate(merged, num_heads, head):
+    d_head = merged.shape[-1] // num_heads
+    out = merged.clone()
+    out[..., head * d_head : (head + 1) * d_head] = 0.0
+    return out
+
+
+def test_checkers_accept_correct_answers():
+    assert check_previous_token_score(loop_previous_token, verbose=False).correct
+    assert check_induction_score(loop_induction, verbose=False).correct
+    assert check_repeat_chunk(loop_repeat, verbose=False).correct
+    assert check_ablate_head(slice_ablate, verbose=False).correct
+
+
+def main_diagonal(weights):
+    return weights.diagonal(0, -2, -1)[..., 1:].mean(dim=(0, 2))
+
+
+def with_query_zero(weights):
+    # Averages seq queries, query 0 included (it has no previous token: weight 0 there).
+    batch, heads, seq, _ = weights.shape
+    total = torch.zeros(heads, dtype=weights.dtype)
+    for b in range(batch):
+        for t in range(seq):
+            total += weights[b, :, t, t - 1] if t >= 1 else 0.0
+    return total / (batch * seq)
+
+
+def earlier_token_itself(weights, first_start, repeat_len):
+    return loop_induction(weights, first_start, repeat_len, shift=0)
+
+
+def every_query(weights, first_start, repeat_len):
+    return loop_induction(weights, first_start, repeat_len, queries="all")
+
+
+def mask_whole_copy(noise, first_start, repeat_len):
+    tokens, mask = loop_repeat(noise, first_start, repeat_len)
+    for b in range(noise.shape[0]):
+        mask[b, int(first_start[b] + 2 * repeat_len[b] - 1)] = True
+    return tokens, mask
+
+
+def float_mask(noise, first_start, repeat_len):
+    tokens, mask = loop_repeat(noise, first_start, repeat_len)
+    return tokens, mask.long()
+
+
+def strided_ablate(merged, num_heads, head):
+    out = merged.clone()
+    out[..., head::num_heads] = 0.0
+    return out
+
+
+def one_based_ablate(merged, num_heads, head):
+    return slice_ablate(merged, num_heads, head - 1)
+
+
+@pytest.mark.parametrize(
+    ("checker", "wrong", "name"),
+    [
+        (check_previous_token_score, main_diagonal, "off-by-one diagonal: the token itself"),
+        (check_previous_token_score, with_query_zero, "averaged over undefined positions"),
+        (check_induction_score, earlier_token_itself, "attended to the earlier token itself"),
+        (check_induction_score, every_query, "averaged over undefined positions"),
+        (check_repeat_chunk, mask_whole_copy, "mask marks the whole second copy"),
+        (check_repeat_chunk, float_mask, "mask of 0/1 numbers, not booleans"),
+        (check_ablate_head, strided_ablate, "zeroed every num_heads-th feature"),
+        (check_ablate_head, one_based_ablate, "counted heads from 1"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_checkers_name_each_misconception(checker, wrong, name):
+    result = checker(wrong, verbose=False)
+    assert result.status == "misconception" and result.misconception == name
+    assert name in result.message
+
+
+@pytest.mark.parametrize(
+    ("checker", "misconceptions"),
+    [
+        (check_previous_token_score, "PREVIOUS_TOKEN_MISCONCEPTIONS"),
+        (check_induction_score, "INDUCTION_MISCONCEPTIONS"),
+        (check_repeat_chunk, "REPEAT_MISCONCEPTIONS"),
+        (check_ablate_head, "ABLATE_MISCONCEPTIONS"),
+    ],
+)
+def test_every_listed_misconception_is_told_apart(checker, misconceptions):
+    for mistake in getattr(exercises, misconceptions):
+        result = checker(mistake.implementation, verbose=False)
+        assert result.misconception == mistake.name, mistake.name
+
+
+def test_checkers_never_accept_a_nearly_right_answer():
+    def nudged_previous(weights):
+        return loop_previous_token(weights) + 1e-3
+
+    def nudged_induction(weights, first_start, repeat_len):
+        return loop_induction(weights, first_start, repeat_len) * 1.001
+
+    def one_token_off(noise, first_start, repeat_len):
+        tokens, mask = loop_repeat(noise, first_start, repeat_len)
+        tokens[0, -1] = tokens[0, -1] % 19 + 1
+        return tokens, mask
+
+    def half_zeroed(merged, num_heads, head):
+        out = slice_ablate(merged, num_heads, head)
+        d_head = merged.shape[-1] // num_heads
+        out[..., head * d_head] = merged[..., head * d_head]
+        return out
+
+    for checker, wrong in [
+        (check_previous_token_score, nudged_previous),
+        (check_induction_score, nudged_induction),
+        (check_repeat_chunk, one_token_off),
+        (check_ablate_head, half_zeroed),
+    ]:
+        result = checker(wrong, verbose=False)
+        assert not result.correct and result.status == "incorrect", result.message
+
+
+# ------------------------------------------------------------------ the figures
+
+
+def test_layer_heatmaps_share_one_scale_and_name_the_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b = hand_batch()
+    weights = [one_hot_rows(11, lambda t: max(t - 1, 0)).expand(1, 3, 11, 11)[0]] * 2
+    fig = layer_heatmaps(weights, first_start=3, repeat_len=3)
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 6 and {im.get_clim() for im in images} == {(0.0, 1.0)}
+    assert fig.axes[0].get_ylabel() == "query position" and fig.axes[3].get_xlabel() == "key position"
+    assert any(ax.get_ylabel() == "attention weight" for ax in fig.axes)  # the colour bar
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"weights must be a list of \(heads, seq, seq\)"):
+        layer_heatmaps([torch.ones(2, 3, 4)], first_start=1, repeat_len=1)
+    with pytest.raises(ValueError, match="'other_loss' is missing"):
+        loss_curves({"step": [0], "induction_loss": [1.0]}, vocab_size=32)
+    with pytest.raises(ValueError, match="names must be among"):
+        score_bars(head_scores([one_hot_rows(11, lambda t: 0)] * 2, b), names=("entropy",))
+
+
+# ------------------------------------------------------------------ the explorer
+
+
+@pytest.fixture
+def explorer():
+    made = training_explorer()
+    yield made
+    made.close()
+
+
+def test_explorer_draws_the_shipped_weights_of_the_chosen_step_and_head(explorer):
+    shipped = load_checkpoints()
+    b = evaluation_batch(shipped.config)
+    row = example_index(b)
+    assert int(b.repeat_len[row]) == int(b.repeat_len.max())
+    for step, layer, head in [(400, 0, 0), (0, 1, 2), (260, 1, 3)]:
+        explorer.update(step=step, layer=layer, head=head)
+        with torch.no_grad():
+            _, weights = shipped.model_at(step)(b.tokens)
+        np.testing.assert_allclose(explorer.data["weights"], weights[layer][row, head].double().numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            explorer.data["scores"]["induction"], head_scores(weights, b)["induction"], atol=1e-6
+        )
+        heat = next(ax for ax in explorer.figure.axes if ax.images)
+        np.testing.assert_allclose(heat.images[0].get_array(), explorer.data["weights"])
+        assert f"layer {layer}, head {head} at step {step}" in heat.get_title()
+
+
+def test_explorer_opens_on_the_previous_token_head_and_the_slider_changes_the_picture(explorer):
+    assert explorer.values() == {"step": 400, "layer": 0, "head": 0}
+    assert list(explorer.controls["step"].options) == list(load_checkpoints().steps)
+    pictures = {explorer.png}
+    for step in (0, 200, 260):
+        explorer.controls["step"].value = step
+        assert explorer.data["step"] == step
+        pictures.add(explorer.png)
+    assert len(pictures) == 4
+    # The previous-token line is drawn only once it has formed.
+    assert explorer.update(step=0).data["weights"].diagonal(-1).mean() < 0.3
+    assert explorer.update(step=400).data["weights"].diagonal(-1).mean() > 0.9
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        ({"step": 150}, ValueError, r"step must be one of the saved steps \[0, 100, .*got step=150"),
+        ({"step": 400.0}, TypeError, "step must be an int"),
+        ({"layer": 2}, ValueError, r"layer must be in \[0, 1\]"),
+        ({"head": 4}, ValueError, r"head must be in \[0, 3\] \(one of the heads\)"),
+        ({"head": True}, TypeError, "head must be an int"),
+    ],
+)
+def test_explorer_refuses_impossible_settings(explorer, settings, error, message):
+    with pytest.raises(error, match=message):
+        training_explorer(**settings)
+    before = (explorer.values(), explorer.redraw_count)
+    with pytest.raises(error, match=message):
+        explorer.update(**settings)
+    assert (explorer.values(), explorer.redraw_count) == before

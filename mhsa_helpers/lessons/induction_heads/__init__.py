@@ -1,8 +1,9 @@
 """Notebook 07, watch attention learn: induction heads.
 
 The task (``task``), the two-layer attention-only model (``model``), the training loop
-(``training``), the head scores and ablations (``scores``) and the shipped checkpoints
-(``checkpoints``).
+(``training``), the head scores and ablations (``scores``), the shipped checkpoints
+(``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
+explorer over training steps (``explorer``).
 """
 
 from .checkpoints import (
@@ -14,6 +15,9 @@ from .checkpoints import (
     make_checkpoints,
     save_checkpoints,
 )
+from .exercises import check_ablate_head, check_induction_score, check_previous_token_score, check_repeat_chunk
+from .explorer import example_index, training_explorer
+from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
 from .model import POSITIONS, AttentionOnlyTransformer
 from .scores import (
     SCORE_NAMES,
@@ -27,8 +31,16 @@ from .scores import (
     induction_targets,
     previous_token_score,
 )
-from .task import BOS, InductionBatch, check_task_settings, make_induction_batch
-from .training import InductionConfig, TrainingRun, build_model, evaluation_batch, split_losses, train_induction
+from .task import BOS, InductionBatch, check_task_settings, make_induction_batch, repeat_chunk
+from .training import (
+    InductionConfig,
+    TrainingRun,
+    build_model,
+    evaluation_batch,
+    phase_change_step,
+    split_losses,
+    train_induction,
+)
 
 __all__ = [
     "BOS",
@@ -42,22 +54,36 @@ __all__ = [
     "InductionBatch",
     "InductionConfig",
     "TrainingRun",
+    "ablation_bars",
     "ablation_losses",
     "attention_entropy",
     "bos_score",
     "build_model",
+    "check_ablate_head",
+    "check_induction_score",
+    "check_previous_token_score",
+    "check_repeat_chunk",
     "check_task_settings",
     "evaluation_batch",
+    "example_index",
     "find_induction_circuit",
     "head_scores",
     "in_context_loss",
     "induction_score",
     "induction_targets",
+    "layer_heatmaps",
     "load_checkpoints",
+    "loss_curves",
     "make_checkpoints",
     "make_induction_batch",
+    "mark_copies",
+    "phase_change_step",
     "previous_token_score",
+    "repeat_chunk",
     "save_checkpoints",
+    "score_bars",
+    "smooth",
     "split_losses",
     "train_induction",
+    "training_explorer",
 ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BOS", "InductionBatch", "check_task_settings", "make_induction_batch"]
+__all__ = ["BOS", "InductionBatch", "check_task_settings", "make_induction_batch", "repeat_chunk"]
 
 #: Token 0 starts every sequence and never appears elsewhere.
 BOS = 0
@@ -117,14 +117,47 @@ def make_induction_batch(
         # First copy anywhere in [1, seq_len - 2 * repeat_len]: both copies fit after BOS.
         room = seq_len - 2 * repeat_len  # number of possible starts
         first_start = 1 + (torch.rand(batch_size, generator=generator) * room).long().clamp(max=room - 1)
+    tokens, induction_mask = repeat_chunk(tokens, first_start, repeat_len)
+    return InductionBatch(tokens, induction_mask, first_start, repeat_len)
+
+
+def repeat_chunk(
+    noise: torch.Tensor, first_start: torch.Tensor, repeat_len: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy each sequence's chunk right after itself, and mark the predictable next tokens.
+
+    Args:
+        noise: ``(batch, seq)`` int64 tokens (BOS first, then random ones).
+        first_start: ``(batch,)`` where the chunk starts.
+        repeat_len: ``(batch,)`` its length; ``first_start + 2 * repeat_len <= seq``.
+
+    Returns ``(tokens (batch, seq), induction_mask (batch, seq) bool)``: ``tokens`` is ``noise``
+    with positions ``first_start + repeat_len .. first_start + 2 * repeat_len - 1`` overwritten by
+    the chunk, and ``induction_mask[b, t]`` is ``True`` when both ``t`` and ``t + 1`` are in the second
+    copy (then ``tokens[b, t + 1]`` is predictable by looking back).
+    """
+    if not isinstance(noise, torch.Tensor) or noise.ndim != 2 or noise.is_floating_point():
+        given = f"shape {tuple(noise.shape)}, dtype {noise.dtype}" if isinstance(noise, torch.Tensor) else noise
+        raise TypeError(f"noise must be an integer tensor of shape (batch, seq), got {given!r}")
+    batch_size, seq_len = noise.shape
+    for name, value in (("first_start", first_start), ("repeat_len", repeat_len)):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (batch_size,):
+            given = f"shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"{name} must be a tensor of shape (batch,) = ({batch_size},), got {given}")
+    if bool((first_start < 1).any() | (repeat_len < 1).any() | (first_start + 2 * repeat_len > seq_len).any()):
+        raise ValueError(
+            f"first_start and repeat_len must place both copies after BOS, inside seq={seq_len}: "
+            f"1 <= first_start and first_start + 2 * repeat_len <= seq, got first_start={first_start.tolist()}, "
+            f"repeat_len={repeat_len.tolist()}"
+        )
     positions = torch.arange(seq_len)
     offset = positions - first_start[:, None]  # (batch, seq): index into the chunk for the first copy
     in_second = (offset >= repeat_len[:, None]) & (offset < 2 * repeat_len[:, None])
     # Copy: every position of the second copy takes the token repeat_len places back.
     source = (positions - repeat_len[:, None]).clamp(min=0)
-    copied = torch.gather(tokens, 1, source)
-    tokens = torch.where(in_second, copied, tokens)
+    copied = torch.gather(noise, 1, source)
+    tokens = torch.where(in_second, copied, noise)
     # The next token is predictable when it, too, is in the second copy.
     induction_mask = torch.zeros_like(in_second)
     induction_mask[:, :-1] = in_second[:, 1:] & in_second[:, :-1]
-    return InductionBatch(tokens, induction_mask, first_start, repeat_len)
+    return tokens, induction_mask

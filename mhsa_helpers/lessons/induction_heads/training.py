@@ -31,6 +31,7 @@ __all__ = [
     "TrainingRun",
     "build_model",
     "evaluation_batch",
+    "phase_change_step",
     "split_losses",
     "train_induction",
 ]
@@ -147,6 +148,19 @@ def split_losses(logits: torch.Tensor, batch: InductionBatch) -> tuple[torch.Ten
     losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), batch.tokens[:, 1:], reduction="none")
     mask = batch.induction_mask[:, :-1]
     return losses.mean(), losses[mask].mean(), losses[~mask].mean()
+
+
+def phase_change_step(losses: list[float], below: float = 1.0, window: int = 10) -> int | None:
+    """The first step at which the mean of the last ``window`` losses is below ``below`` (None: never).
+
+    With ``run.induction_loss`` this is when the model has learned to copy (the loss starts near
+    ``log(vocab_size - 1)`` and falls below 1.0 within a few dozen steps once the circuit forms)."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got window={window!r}")
+    for step in range(window, len(losses) + 1):
+        if sum(losses[step - window : step]) / window < below:
+            return step
+    return None
 
 
 def train_induction(
