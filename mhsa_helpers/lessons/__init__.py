@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from . import causal_masking, causal_mhsa, multi_head, qkv_by_hand, rope, scaled_attention
+from . import causal_masking, causal_mhsa, induction_heads, multi_head, qkv_by_hand, rope, scaled_attention
 
 __all__ = ["LESSONS", "Lesson", "lesson", "markdown_table"]
 
@@ -117,6 +117,16 @@ LESSONS: tuple[Lesson, ...] = (
         "mhsa_explorer",
         "the whole block, the functional and module interfaces, incremental decoding with a KV cache, "
         "cost versus length",
+    ),
+    _lesson(
+        7,
+        "induction_heads",
+        "induction_heads",
+        "Watch attention learn: induction heads",
+        induction_heads,
+        "training_explorer",
+        "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and induction "
+        "heads found by score and ablation, the fixed-offset shortcut, attention sinks",
     ),
 )
 

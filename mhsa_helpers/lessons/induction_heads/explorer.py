@@ -99,7 +99,9 @@ class _TrainingExplorer(Explorer):
 
     def _build(self, fig, data):
         seq = len(data["tokens"])
-        grid = fig.add_gridspec(2, 2, width_ratios=(1.0, 1.25), left=0.06, right=0.98, bottom=0.2, top=0.9, hspace=0.7)
+        grid = fig.add_gridspec(
+            2, 2, width_ratios=(1.0, 1.25), left=0.06, right=0.98, bottom=0.2, top=0.9, hspace=0.7, wspace=0.42
+        )
         heat = fig.add_subplot(grid[:, 0])
         image = heat.imshow(data["weights"], cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
         heat.set_xlabel("key position", fontsize=10)
@@ -128,13 +130,17 @@ class _TrainingExplorer(Explorer):
         fig, grid = artists["fig"], artists["grid"]
         artists["loss_ax"] = loss_ax = fig.add_subplot(grid[0, 1])
         loss_curves(
-            self.checkpoints.history, vocab_size=self.checkpoints.config.vocab_size, ax=loss_ax, step=data["step"]
+            self.checkpoints.history,
+            vocab_size=self.checkpoints.config.vocab_size,
+            ax=loss_ax,
+            step=data["step"],
+            fontsize=8,
         )
         loss_ax.set_title("loss during training (black line: this step)", fontsize=10)
         artists["score_ax"] = score_ax = fig.add_subplot(grid[1, 1])
         scores = {name: torch.from_numpy(value) for name, value in data["scores"].items()}
-        score_bars(scores, ax=score_ax, highlight=(data["layer"], data["head"]))
-        score_ax.set_title(f"every head's scores at step {data['step']} (shaded: the head on the left)", fontsize=10)
+        score_bars(scores, ax=score_ax, highlight=(data["layer"], data["head"]), fontsize=8)
+        score_ax.set_title(f"every head's scores at step {data['step']} (shaded: the drawn head)", fontsize=10)
 
     def _caption_text(self, data):
         prev = data["scores"]["previous_token"][0].max()
