@@ -17,6 +17,7 @@ median of 10+ moves) is printed, not asserted; run with ``-s`` to see it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -80,14 +81,20 @@ def lab_environment(base: Path) -> dict:
     # a python3 kernelspec in the private data folder, which is searched first.
     subprocess.run(
         [sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"],
-        env=env, check=True, capture_output=True, timeout=120,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     return env
 
 
 def lab_command(root: Path, port: int, token: str) -> list:
     command = [
-        sys.executable, "-m", "jupyter", "lab",
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -117,11 +124,17 @@ def start_lab(root: Path, base: Path, env: dict, token: str, ports) -> tuple:
     ``1 + PORT_RETRIES`` of them: a port found free can be taken by another process before
     the server binds it. Returns ``(server, url, log_path, log file)`` once it answers."""
     failures = []
-    for attempt, port in zip(range(1 + PORT_RETRIES), ports):
+    for attempt, port in zip(range(1 + PORT_RETRIES), ports, strict=False):  # ports may be longer
         log_path = base / f"server-{attempt}.log"
-        log = open(log_path, "w")
-        server = subprocess.Popen(lab_command(root, port, token), cwd=root, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+        log = open(log_path, "w")  # noqa: SIM115 - stays open while the server runs; the caller closes it
+        server = subprocess.Popen(
+            lab_command(root, port, token),
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + SERVER_TIMEOUT
         while True:
@@ -159,15 +172,12 @@ def stop_lab(server: subprocess.Popen, url: str, token: str) -> None:
         except (OSError, ValueError) as error:  # an unresponsive server: terminate it anyway
             print(f"could not shut the kernels down through the server: {error}", file=sys.stderr)
     try:
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=20)
-    except ProcessLookupError:
-        pass
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         server.wait(timeout=10)
 
 
@@ -330,8 +340,9 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
     page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     try:
-        page.goto(f"{url}/lab/tree/{FIXTURE.name}?token={token}", wait_until="domcontentloaded",
-                  timeout=RENDER_TIMEOUT_MS)
+        page.goto(
+            f"{url}/lab/tree/{FIXTURE.name}?token={token}", wait_until="domcontentloaded", timeout=RENDER_TIMEOUT_MS
+        )
         page.wait_for_selector(".jp-Notebook", timeout=RENDER_TIMEOUT_MS)
         page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
