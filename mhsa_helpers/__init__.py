@@ -9,6 +9,8 @@ Small modules, one idea each, in the order of the notebooks:
 * :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05);
 * :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06);
 * :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its functional form (notebook 06);
+* :mod:`~mhsa_helpers.tiled_attention` — the online softmax and tiled attention (notebook 08, to come);
+* :mod:`~mhsa_helpers.kv_cache_memory` — what the KV cache costs, MHA/GQA/MQA (notebook 08, to come);
 * :mod:`~mhsa_helpers.weight_layouts` — loaders, per-head/stacked/fused weights, the RoPE weight permutation;
 * :mod:`~mhsa_helpers.checks` — every argument check, run once at each public entry point;
 * :mod:`~mhsa_helpers.compat` — workarounds for older PyTorch releases;

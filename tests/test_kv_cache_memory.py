@@ -1,4 +1,4 @@
-"""The KV-cache size calculator of notebook 08 (mhsa_helpers.lessons.attention_at_scale.memory).
+"""The KV-cache size calculator of notebook 08 (mhsa_helpers.kv_cache_memory).
 
 Expected sizes are computed here independently: by hand for tiny configurations, and by
 allocating the very tensors a cache holds and adding up their bytes."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhsa_helpers.lessons.attention_at_scale import (
+from mhsa_helpers.kv_cache_memory import (
     PRESETS,
     ModelConfig,
     bytes_per_element,

@@ -1,5 +1,7 @@
 """What the KV cache costs: a calculator, and the published configurations of a few open models.
 
+To be taught in notebook 08 (attention at scale, still to be written), next to :mod:`~mhsa_helpers.tiled_attention`.
+
 While generating, every layer keeps the keys and the values of every earlier token, for
 every key/value head::
 
@@ -19,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...checks import check_choice, check_divisible, check_positive_int
+from .checks import check_choice, check_divisible, check_positive_int
 
 __all__ = [
     "BYTES_PER_ELEMENT",
