@@ -62,12 +62,51 @@ def test_attention_heatmap_draws_and_annotates_the_weights(as_tensor):
 def test_attention_heatmap_annotation_default_and_range():
     ax = figures.attention_heatmap(np.full((9, 9), 1 / 9))
     assert len(ax.texts) == 0  # more than 8 tokens: colours only
-    scores = np.array([[-3.0, 1.0], [2.0, 5.0]])
-    ax = figures.attention_heatmap(scores, vmin=None, vmax=None, annotate=True, fmt="{:.1f}")
-    assert ax.images[0].get_clim() == (-3.0, 5.0)
-    assert [t.get_text() for t in ax.texts] == ["-3.0", "1.0", "2.0", "5.0"]
+    counts = np.array([[1.0, 2.0], [4.0, 5.0]])
+    ax = figures.attention_heatmap(counts, vmin=None, vmax=None, annotate=True, fmt="{:.1f}")
+    assert ax.images[0].get_clim() == (1.0, 5.0)
+    assert [t.get_text() for t in ax.texts] == ["1.0", "2.0", "4.0", "5.0"]
     # Dark cells get white text, light cells black.
     assert [t.get_color() for t in ax.texts] == ["black", "black", "white", "white"]
+
+
+def test_attention_heatmap_is_read_with_a_colour_bar_and_named_axes():
+    ax = figures.attention_heatmap(np.eye(3))
+    assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
+    bars = [other for other in ax.figure.axes if other is not ax]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention weight"
+    bare = figures.attention_heatmap(np.eye(3), colorbar=None, row_name=None, col_name=None)
+    assert len(bare.figure.axes) == 1 and bare.get_xlabel() == ""
+
+
+# ---------------------------------------------------------------- scores_heatmap
+
+
+def test_scores_heatmap_puts_white_exactly_on_zero():
+    scores = np.array([[-3.0, 1.0], [2.0, 0.0]])
+    ax = figures.scores_heatmap(scores, annotate=True, fmt="{:.1f}")
+    low, high = ax.images[0].get_clim()
+    assert (low, high) == (-3.0, 3.0)  # symmetric about 0, so 0 sits mid-map
+    cmap = ax.images[0].get_cmap()
+    r, g, b, _ = cmap(ax.images[0].norm(0.0))
+    assert min(r, g, b) > 0.95  # the middle of the diverging map is (nearly) white
+    # Both ends of a diverging map are dark: -3 gets white text as 2 does not (2/3 of the way).
+    assert [t.get_color() for t in ax.texts] == ["white", "black", "white", "black"]
+    assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
+
+
+def test_scores_heatmap_shares_a_limit_and_greys_masked_scores():
+    first, second = np.array([[1.0, -2.0]]), np.array([[40.0, -10.0]])
+    limit = figures.symmetric_limit(first, second)
+    assert limit == 40.0
+    a = figures.scores_heatmap(first, limit=limit)
+    b = figures.scores_heatmap(second, limit=limit)
+    assert a.images[0].get_clim() == b.images[0].get_clim() == (-40.0, 40.0)
+    masked = figures.scores_heatmap(np.array([[0.5, -np.inf]]), annotate=True)
+    assert masked.images[0].get_array().mask.tolist() == [[False, True]]
+    assert [t.get_text() for t in masked.texts] == ["0.50", "−∞"]
+    with pytest.raises(ValueError, match="limit"):
+        figures.scores_heatmap(first, limit=0.0)
 
 
 def test_attention_heatmap_into_given_axes():
@@ -105,6 +144,12 @@ def test_head_grid_one_heatmap_per_head():
     assert panels[4].get_position().y0 < panels[0].get_position().y0
     assert panels[2].spines["left"].get_edgecolor()[:3] != panels[1].spines["left"].get_edgecolor()[:3]
     assert any(t.get_text() == "six heads" for t in fig.texts)
+    # One colour bar for all heads (they share 0..1), and the axes are named once.
+    bars = [ax for ax in fig.axes if not ax.images]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention weight"
+    assert [ax.get_ylabel() for ax in panels] == ["query", "", "", "", "query", "", "", ""][:6]
+    assert [ax.get_xlabel() for ax in panels] == ["", "", "key", "key", "key", "key"]
+    assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in panels)
 
 
 def test_head_grid_small_grids_are_annotated():

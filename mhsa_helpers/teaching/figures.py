@@ -33,6 +33,7 @@ from ..checks import check_int
 __all__ = [
     "ANNOTATE_MAX_SEQ",
     "MASK_COLORS",
+    "SCORES_CMAP",
     "WEIGHTS_CMAP",
     "HeadGrid",
     "Heatmap",
@@ -44,6 +45,8 @@ __all__ = [
     "head_grid",
     "mask_heatmap",
     "new_axes",
+    "scores_heatmap",
+    "symmetric_limit",
 ]
 
 
@@ -100,6 +103,8 @@ def new_axes(figsize: tuple[float, float]) -> Axes:
 
 #: Colormap of attention weights (white = 0, dark blue = 1).
 WEIGHTS_CMAP = "Blues"
+#: Diverging colormap of raw scores; always drawn with a range symmetric about 0, so white is 0.
+SCORES_CMAP = "RdBu_r"
 #: Blocked / allowed colours of :func:`mask_heatmap`.
 MASK_COLORS = ("#d9d9d9", "#2171b5")
 #: Values in heatmap cells are written out up to this many rows/columns.
@@ -146,6 +151,9 @@ class Heatmap:
         show_rows: bool = True,
         show_cols: bool = True,
         rotate_cols: bool | None = None,
+        row_name: str | None = None,
+        col_name: str | None = None,
+        colorbar: str | None = None,
     ) -> None:
         self.ax = ax
         self.shape = values.shape
@@ -170,6 +178,16 @@ class Heatmap:
         else:
             ax.set_yticks([])
         ax.tick_params(length=0, pad=1.5)
+        # The axes are named ("query", "key") so that nobody has to guess which way a row reads.
+        if row_name and show_rows:
+            ax.set_ylabel(row_name, fontsize=fontsize + 1)
+        if col_name and show_cols:
+            ax.set_xlabel(col_name, fontsize=fontsize + 1)
+        self.colorbar = None
+        if colorbar is not None:
+            self.colorbar = ax.figure.colorbar(self.image, ax=ax, fraction=0.046, pad=0.03)
+            self.colorbar.set_label(colorbar, fontsize=fontsize)
+            self.colorbar.ax.tick_params(labelsize=fontsize - 1)
         self.set_annotate(annotate)
         self.set_values(values)
 
@@ -201,7 +219,8 @@ class Heatmap:
         """Show ``values`` (the heatmap's shape); an unfixed end of the colour range follows the data."""
         if values.shape != self.shape:
             raise ValueError(f"values must keep the heatmap's shape {self.shape}, got {values.shape}")
-        self.image.set_data(values)
+        # Masked scores (-inf) and NaNs are left out of the colour map and drawn in its "bad" colour.
+        self.image.set_data(np.ma.masked_invalid(values))
         vmin, vmax = self._fixed
         if vmin is None or vmax is None:
             finite = values[np.isfinite(values)]
@@ -216,10 +235,12 @@ class Heatmap:
             return
         low, high = self.image.get_clim()
         span = (high - low) or 1.0
+        diverging = low < 0 < high
         for text, value in zip(self.texts, self.values.ravel(), strict=True):
-            text.set_text(self.fmt.format(value))
-            # White text on the dark half of the colormap, black on the light half.
-            dark = bool(np.isfinite(value)) and (value - low) / span > 0.55
+            text.set_text("−∞" if value == -np.inf else self.fmt.format(value))
+            # White text on the dark part of the colormap (both ends of a diverging one), black elsewhere.
+            strength = abs(value) / max(-low, high) if diverging else (value - low) / span
+            dark = bool(np.isfinite(value)) and strength > 0.55
             text.set_color("white" if dark else "black")
 
 
@@ -236,12 +257,18 @@ def attention_heatmap(
     cmap: str = WEIGHTS_CMAP,
     fmt: str = "{:.2f}",
     fontsize: float = 8,
+    colorbar: str | None = "attention weight",
+    row_name: str | None = "query",
+    col_name: str | None = "key",
 ) -> Axes:
     """Heatmap of one attention matrix ``weights (seq_q, seq_k)``: queries on rows, keys on columns.
 
     ``annotate`` writes each value in its cell (default: when both sides are at most
-    8 long). ``vmin``/``vmax`` fix the colour range (0 to 1 suits weights; pass
-    ``None`` for the data's own range, e.g. for raw scores). Returns the Axes.
+    8 long). ``vmin``/``vmax`` fix the colour range (0 to 1 suits weights, and panels
+    that are compared must share it; pass ``None`` for the data's own range). A colour bar
+    labelled ``colorbar`` (``None``: no bar) and the axis names ``row_name``/``col_name``
+    say how to read it. Raw scores, which can be negative, belong in :func:`scores_heatmap`.
+    Returns the Axes.
     """
     heatmap = _heatmap(
         weights,
@@ -254,6 +281,70 @@ def attention_heatmap(
         cmap=cmap,
         fmt=fmt,
         fontsize=fontsize,
+        colorbar=colorbar,
+        row_name=row_name,
+        col_name=col_name,
+    )
+    if title is not None:
+        heatmap.ax.set_title(title, fontsize=fontsize + 1)
+    return heatmap.ax
+
+
+def symmetric_limit(*arrays) -> float:
+    """The largest absolute finite value over ``arrays`` (1.0 if there is none): the shared
+    ``limit`` that gives several :func:`scores_heatmap` panels one colour scale."""
+    largest = 0.0
+    for index, value in enumerate(arrays):
+        array = as_array(f"arrays[{index}]", value)
+        finite = np.abs(array[np.isfinite(array)])
+        if finite.size:
+            largest = max(largest, float(finite.max()))
+    return largest or 1.0
+
+
+def scores_heatmap(
+    scores,
+    *,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    limit: float | None = None,
+    fmt: str = "{:.2f}",
+    fontsize: float = 8,
+    colorbar: str | None = "score",
+) -> Axes:
+    """Heatmap of raw scores ``(seq_q, seq_k)`` on a diverging map whose white is exactly 0:
+    red is positive, blue negative, queries on rows and keys on columns.
+
+    The colour range is ``[-limit, limit]``; by default ``limit`` is the largest absolute
+    finite score. Panels that are compared should share one ``limit`` (see
+    :func:`symmetric_limit`). Masked scores (``-inf``) are drawn in light grey.
+    """
+    values = as_matrix("scores", scores, "(seq_q, seq_k)")
+    if limit is None:
+        limit = symmetric_limit(values)
+    elif not isinstance(limit, (int, float)) or isinstance(limit, bool) or not math.isfinite(limit) or limit <= 0:
+        raise ValueError(f"limit must be a positive finite number, got {limit!r}")
+    import matplotlib
+
+    cmap = matplotlib.colormaps[SCORES_CMAP].with_extremes(bad=MASK_COLORS[0])
+    heatmap = _heatmap(
+        values,
+        query_tokens=query_tokens,
+        key_tokens=key_tokens,
+        ax=ax,
+        annotate=annotate,
+        vmin=-float(limit),
+        vmax=float(limit),
+        cmap=cmap,
+        fmt=fmt,
+        fontsize=fontsize,
+        name="scores",
+        colorbar=colorbar,
+        row_name="query",
+        col_name="key",
     )
     if title is not None:
         heatmap.ax.set_title(title, fontsize=fontsize + 1)
@@ -273,6 +364,9 @@ def _heatmap(
     fmt: str = "{:.2f}",
     fontsize: float = 8,
     name: str = "weights",
+    colorbar: str | None = None,
+    row_name: str | None = None,
+    col_name: str | None = None,
 ) -> Heatmap:
     values = as_matrix(name, weights, "(seq_q, seq_k)")
     seq_q, seq_k = values.shape
@@ -293,6 +387,9 @@ def _heatmap(
         annotate=annotate,
         fmt=fmt,
         fontsize=fontsize,
+        colorbar=colorbar,
+        row_name=row_name,
+        col_name=col_name,
     )
 
 
@@ -311,6 +408,8 @@ class HeadGrid:
         title: str | None = None,
         rect: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
         annotate: str = "auto",
+        colorbar: str | None = None,
+        names: tuple[str, str] | None = ("query", "key"),
     ) -> None:
         heads, seq_q, seq_k = weights.shape
         self.heads = heads
@@ -319,13 +418,19 @@ class HeadGrid:
         left, bottom, right, top = rect
         width, height = right - left, top - bottom
         label_room = 0.0 if tokens is None else 0.13
+        name_room = 0.0 if names is None else 0.03
+        bar_room = 0.0 if colorbar is None else 0.1
+        grid_left = left + (0.05 + label_room + name_room) * width
+        grid_right = right - (0.01 + bar_room) * width
+        grid_bottom = bottom + (0.05 + 1.3 * label_room + name_room) * height
+        grid_top = top - (0.14 if title else 0.08) * height
         grid = fig.add_gridspec(
             nrows,
             ncols,
-            left=left + (0.05 + label_room) * width,
-            right=right - 0.01 * width,
-            bottom=bottom + (0.05 + 1.3 * label_room) * height,
-            top=top - (0.14 if title else 0.08) * height,
+            left=grid_left,
+            right=grid_right,
+            bottom=grid_bottom,
+            top=grid_top,
             wspace=0.12,
             hspace=0.3,
         )
@@ -351,10 +456,19 @@ class HeadGrid:
                 fontsize=fontsize,
                 show_rows=col == 0,
                 show_cols=h + ncols >= heads,
+                row_name=names[0] if names else None,
+                col_name=names[1] if names else None,
             )
             self.panels.append(panel)
             ax.set_title(f"head {h + 1}", fontsize=fontsize + 1, pad=2)
         self.title = fig.text((left + right) / 2, top - 0.01 * height, title or "", ha="center", va="top", fontsize=9)
+        self.colorbar = None
+        if colorbar is not None:
+            # One bar for every panel: they share the range 0..1, so they are compared on one scale.
+            bar_ax = fig.add_axes((right - 0.07 * width, grid_bottom, 0.018 * width, (grid_top - grid_bottom) * 0.9))
+            self.colorbar = fig.colorbar(self.panels[0].image, cax=bar_ax)
+            self.colorbar.set_label(colorbar, fontsize=fontsize + 1)
+            self.colorbar.ax.tick_params(labelsize=fontsize)
         self.highlight: int | None = None
 
     def dynamic(self) -> list:
@@ -412,11 +526,12 @@ def head_grid(
     rows = math.ceil(heads / cols)
     if figsize is None:
         cell = 0.32 * max(seq_q, seq_k) + 0.5
-        figsize = (min(12.0, cols * cell + 1.2), min(12.0, rows * cell + 1.0))
+        figsize = (min(13.0, cols * cell + 2.2), min(12.0, rows * cell + 1.2))
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=figsize)
-    HeadGrid(fig, values, tokens=tokens, ncols=cols, title=title).set_values(values, highlight)
+    grid = HeadGrid(fig, values, tokens=tokens, ncols=cols, title=title, colorbar="attention weight")
+    grid.set_values(values, highlight)
     return fig
 
 
@@ -448,6 +563,10 @@ def mask_heatmap(
         interpolation="nearest",
     )
     _label_axes(ax, query_tokens, key_tokens, seq_q, seq_k)
+    ax.set_ylabel("query", fontsize=9)
+    if key_tokens is None:
+        ax.xaxis.set_label_position("top")
+    ax.set_xlabel("key", fontsize=9)
     ax.legend(
         handles=[
             Patch(color=MASK_COLORS[1], label="may attend (True)"),
