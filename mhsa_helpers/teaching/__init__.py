@@ -7,7 +7,9 @@
 * :mod:`~mhsa_helpers.teaching.explorer` — the :class:`~mhsa_helpers.teaching.explorer.Explorer`
   widget base, its setting checks and slider helpers;
 * :mod:`~mhsa_helpers.teaching.figures` — attention heatmaps, per-head grids, mask heatmaps and
-  benchmark plots.
+  benchmark plots;
+* :mod:`~mhsa_helpers.teaching.diagrams` — schematic diagrams of shapes and data flow (tensors as
+  grids of cells, operations, arrows).
 
 Each notebook's own checkers, explorer and figures are in ``mhsa_helpers.lessons.<slug>``.
 The core modules of :mod:`mhsa_helpers` never import this package.
