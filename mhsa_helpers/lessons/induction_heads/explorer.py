@@ -16,7 +16,7 @@ import torch
 
 from ...checks import check_int
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
-from .checkpoints import Checkpoints, load_checkpoints
+from .checkpoints import CHECKPOINT_STEPS, Checkpoints, load_checkpoints
 from .figures import loss_curves, mark_copies, score_bars
 from .scores import head_scores
 from .task import InductionBatch
@@ -152,7 +152,7 @@ class _TrainingExplorer(Explorer):
         )
 
 
-def training_explorer(step: int = 400, *, layer: int = 0, head: int | None = None) -> Explorer:
+def training_explorer(step: int = CHECKPOINT_STEPS[-1], *, layer: int = 0, head: int | None = None) -> Explorer:
     """Scrub through the shipped training run (:func:`~.checkpoints.load_checkpoints`): the attention
     of head ``head`` of layer ``layer`` on one sequence of :func:`~.training.evaluation_batch`
     (the row :func:`example_index`), the loss curves with a line at ``step``, and the scores of every head.
