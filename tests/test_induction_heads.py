@@ -12,6 +12,7 @@ import torch
 from mhsa_helpers.lessons.induction_heads import (
     BOS,
     CHECKPOINT_FILE,
+    CHECKPOINT_STEPS,
     AttentionOnlyTransformer,
     InductionBatch,
     InductionConfig,
@@ -268,9 +269,12 @@ def test_shipped_checkpoints_are_small_and_show_the_circuit():
     assert scores["induction"][1, ind_head] > 0.4
     loss = in_context_loss(model, b)
     assert loss < 1.0
-    assert in_context_loss(model, b, ablate=[(0, prev_head)]) > loss + 2.0
-    other = (prev_head + 1) % model.num_heads
-    assert abs(in_context_loss(model, b, ablate=[(0, other)]) - loss) < 0.2
+    prev_cost = in_context_loss(model, b, ablate=[(0, prev_head)]) - loss
+    assert prev_cost > 2.0
+    # Every other layer-0 head matters far less than the previous-token head.
+    for other in range(model.num_heads):
+        if other != prev_head:
+            assert abs(in_context_loss(model, b, ablate=[(0, other)]) - loss) < prev_cost / 5
     untrained = shipped.model_at(0)
     with torch.no_grad():
         _, weights = untrained(b.tokens)
@@ -536,7 +540,7 @@ def test_explorer_draws_the_shipped_weights_of_the_chosen_step_and_head(explorer
     b = evaluation_batch(shipped.config)
     row = example_index(b)
     assert int(b.repeat_len[row]) == int(b.repeat_len.max())
-    for step, layer, head in [(400, 0, 0), (0, 1, 2), (260, 1, 3)]:
+    for step, layer, head in [(CHECKPOINT_STEPS[-1], 0, 0), (0, 1, 2), (260, 1, 3)]:
         explorer.update(step=step, layer=layer, head=head)
         with torch.no_grad():
             _, weights = shipped.model_at(step)(b.tokens)
@@ -550,7 +554,7 @@ def test_explorer_draws_the_shipped_weights_of_the_chosen_step_and_head(explorer
 
 
 def test_explorer_opens_on_the_previous_token_head_and_the_slider_changes_the_picture(explorer):
-    assert explorer.values() == {"step": 400, "layer": 0, "head": 0}
+    assert explorer.values() == {"step": CHECKPOINT_STEPS[-1], "layer": 0, "head": 0}
     assert list(explorer.controls["step"].options) == list(load_checkpoints().steps)
     pictures = {explorer.png}
     for step in (0, 200, 260):
@@ -560,14 +564,14 @@ def test_explorer_opens_on_the_previous_token_head_and_the_slider_changes_the_pi
     assert len(pictures) == 4
     # The previous-token line is drawn only once it has formed.
     assert explorer.update(step=0).data["weights"].diagonal(-1).mean() < 0.3
-    assert explorer.update(step=400).data["weights"].diagonal(-1).mean() > 0.9
+    assert explorer.update(step=CHECKPOINT_STEPS[-1]).data["weights"].diagonal(-1).mean() > 0.9
 
 
 @pytest.mark.parametrize(
     ("settings", "error", "message"),
     [
         ({"step": 150}, ValueError, r"step must be one of the saved steps \[0, 100, .*got step=150"),
-        ({"step": 400.0}, TypeError, "step must be an int"),
+        ({"step": 320.0}, TypeError, "step must be an int"),
         ({"layer": 2}, ValueError, r"layer must be in \[0, 1\]"),
         ({"head": 4}, ValueError, r"head must be in \[0, 3\] \(one of the heads\)"),
         ({"head": True}, TypeError, "head must be an int"),

@@ -3,7 +3,7 @@
 The task (``task``), the two-layer attention-only model (``model``), the training loop
 (``training``), the head scores and ablations (``scores``), the shipped checkpoints
 (``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
-explorer over training steps (``explorer``).
+explorer over training steps (``explorer``), and the schematic diagrams (``diagrams``).
 """
 
 from .checkpoints import (
@@ -15,6 +15,7 @@ from .checkpoints import (
     make_checkpoints,
     save_checkpoints,
 )
+from .diagrams import induction_circuit_diagram, residual_stream_diagram
 from .exercises import check_ablate_head, check_induction_score, check_previous_token_score, check_repeat_chunk
 from .explorer import example_index, training_explorer
 from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
@@ -69,6 +70,7 @@ __all__ = [
     "find_induction_circuit",
     "head_scores",
     "in_context_loss",
+    "induction_circuit_diagram",
     "induction_score",
     "induction_targets",
     "layer_heatmaps",
@@ -80,6 +82,7 @@ __all__ = [
     "phase_change_step",
     "previous_token_score",
     "repeat_chunk",
+    "residual_stream_diagram",
     "save_checkpoints",
     "score_bars",
     "smooth",

@@ -29,7 +29,7 @@ CHECKPOINT_FILE = Path(__file__).resolve().parent / "checkpoints" / "induction_s
 CHECKPOINT_SEED = 0
 #: Before, during and after the phase change of the default run (its induction loss falls between
 #: steps ~200 and ~300).
-CHECKPOINT_STEPS = (0, 100, 200, 230, 260, 290, 400)
+CHECKPOINT_STEPS = (0, 100, 200, 230, 260, 290, 320)
 
 
 @dataclass

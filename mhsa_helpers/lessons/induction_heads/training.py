@@ -52,7 +52,7 @@ class InductionConfig:
     num_heads: int = 4
     positions: str = "rope"
     batch_size: int = 64
-    steps: int = 400
+    steps: int = 320
     lr: float = 5e-3
     fixed_offset: bool = False
 
