@@ -20,6 +20,7 @@ import torch
 from .checks import check_positive_int
 
 __all__ = [
+    "AS_COMMONLY_PRINTED",
     "SEED_001_PRINTED",
     "SHE_LOVES_CATS_VOCAB",
     "TELESCOPE_SENTENCE",
@@ -87,13 +88,15 @@ def money_bank_grows(dtype: torch.dtype = torch.float64) -> MoneyBankGrows:
     )
 
 
-#: The vectors the notes print for "Money" in head 1, as printed (two of them are wrong;
-#: the notebooks and tests compare them with the package's values).
-SEED_001_PRINTED: dict[str, list[float]] = {
+#: The vectors a widely copied write-up of this example prints for "Money" in head 1 (two of
+#: them are wrong; the notebooks and tests compare them with the package's values).
+AS_COMMONLY_PRINTED: dict[str, list[float]] = {
     "Q_Money_head1": [0.07, 0.05, 0.04],
     "K_Money_head1": [0.04, 0.08, 0.07],
     "V_Money_head1": [0.08, 0.07, 0.09],
 }
+#: The former name of :data:`AS_COMMONLY_PRINTED`.
+SEED_001_PRINTED = AS_COMMONLY_PRINTED
 
 
 def your_journey_starts_with_one_step() -> tuple[tuple[str, ...], torch.Tensor]:
