@@ -19,9 +19,18 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from . import causal_masking, causal_mhsa, induction_heads, multi_head, qkv_by_hand, rope, scaled_attention
+from . import (
+    causal_masking,
+    causal_mhsa,
+    circulating_mistakes,
+    induction_heads,
+    multi_head,
+    qkv_by_hand,
+    rope,
+    scaled_attention,
+)
 
-__all__ = ["LESSONS", "Lesson", "lesson", "markdown_table"]
+__all__ = ["LESSONS", "PLANNED", "Lesson", "lesson", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,23 @@ LESSONS: tuple[Lesson, ...] = (
         "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and induction "
         "heads found by score and ablation, the fixed-offset shortcut, attention sinks",
     ),
+    _lesson(
+        10,
+        "circulating_mistakes",
+        "mistakes_that_circulate",
+        "Mistakes that circulate",
+        circulating_mistakes,
+        "bug_zoo_explorer",
+        "appendix: wrong versions of the formulas that get copied, what each computes, and a zoo of attention "
+        "bugs that shipped in real code, each next to its fix",
+    ),
+)
+
+#: Notebooks the series plans but does not have yet, as ``(number, title)``: the README's table lists
+#: them, so that the numbering of the lessons has no unexplained gap.
+PLANNED: tuple[tuple[int, str], ...] = (
+    (8, "Attention at scale: FlashAttention's online softmax, GQA/MQA and the KV cache's memory"),
+    (9, "Long context: sliding windows, attention sinks, ALiBi and stretching RoPE"),
 )
 
 
@@ -141,6 +167,8 @@ def lesson(number: int) -> Lesson:
 
 def markdown_table() -> str:
     """The README's table of the series: number, linked title and the idea, one row per lesson."""
-    rows = ["| # | notebook | the idea |", "|---|---|---|"]
-    rows += [f"| {item.number:02d} | [{item.title}]({item.notebook}) | {item.summary} |" for item in LESSONS]
-    return "\n".join(rows)
+    rows = {
+        item.number: f"| {item.number:02d} | [{item.title}]({item.notebook}) | {item.summary} |" for item in LESSONS
+    }
+    rows.update({number: f"| {number:02d} | {title} | *planned* |" for number, title in PLANNED})
+    return "\n".join(["| # | notebook | the idea |", "|---|---|---|", *(rows[n] for n in sorted(rows))])

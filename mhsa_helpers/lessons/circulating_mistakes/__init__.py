@@ -1,0 +1,17 @@
+"""Notebook 10, mistakes that circulate: the bug zoo (``bug_zoo``), the exercise checkers
+(``exercises``) and the explorer over the bugs (``explorer``)."""
+
+from .bug_zoo import BUGS, Bug, BugDemo, bug, bug_names
+from .exercises import check_decode_mask, check_masked_weights
+from .explorer import bug_zoo_explorer
+
+__all__ = [
+    "BUGS",
+    "Bug",
+    "BugDemo",
+    "bug",
+    "bug_names",
+    "bug_zoo_explorer",
+    "check_decode_mask",
+    "check_masked_weights",
+]

@@ -1,0 +1,97 @@
+"""Notebook 10's explorer: pick a bug of the zoo and see its result next to the fix, on one
+colour scale, with the symptom measured."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+
+from ...checks import check_choice
+from ...teaching.explorer import SLIDER, Explorer, to_numpy
+from ...teaching.figures import SCORES_CMAP, WEIGHTS_CMAP, Heatmap
+from .bug_zoo import bug, bug_names
+
+__all__ = ["bug_zoo_explorer"]
+
+
+class _BugZooExplorer(Explorer):
+    figsize = (8.0, 3.6)
+
+    def __init__(self, name: str) -> None:
+        controls = {
+            "bug": widgets.SelectionSlider(options=list(bug_names()), value=name, description="bug", **SLIDER),
+        }
+        super().__init__(controls, title="The bug zoo: each bug next to its fix")
+
+    def _check(self, values):
+        check_choice("bug", values["bug"], bug_names())
+
+    def _compute(self, values):
+        item = bug(values["bug"])
+        demo = item.run()
+        buggy, fixed = to_numpy(demo.buggy), to_numpy(demo.fixed)
+        return {
+            "bug": item.name,
+            "mistake": item.mistake,
+            "fix": item.fix,
+            "symptom": demo.symptom,
+            "kind": demo.kind,
+            "rows": list(demo.rows),
+            "cols": list(demo.cols),
+            "buggy": buggy,
+            "fixed": fixed,
+            "damage": demo.damage,
+            # Both panels on one scale: 0..1 for weights, symmetric about 0 for outputs.
+            "limit": float(max(np.abs(buggy).max(), np.abs(fixed).max()) or 1.0),
+        }
+
+    def _layout(self, data):
+        return (data["kind"], data["buggy"].shape, tuple(data["rows"]), tuple(data["cols"]))
+
+    def _build(self, fig, data):
+        weights = data["kind"] == "weights"
+        panels = []
+        for left, title in ((0.1, "with the bug"), (0.55, "fixed")):
+            ax = fig.add_axes((left, 0.22, 0.34, 0.6))
+            panel = Heatmap(
+                ax,
+                data["buggy"],
+                row_labels=data["rows"],
+                col_labels=data["cols"],
+                cmap=WEIGHTS_CMAP if weights else SCORES_CMAP,
+                vmin=0.0 if weights else -1.0,
+                vmax=1.0,
+                annotate=max(data["buggy"].shape) <= 6,
+                fontsize=7,
+                row_name="query" if weights else "token",
+                col_name="key" if weights else "feature",
+            )
+            ax.set_title(title, fontsize=9)
+            panels.append(panel)
+        bar = fig.add_axes((0.92, 0.22, 0.015, 0.6))
+        colorbar = fig.colorbar(panels[1].image, cax=bar)
+        colorbar.set_label("attention weight" if weights else "output value", fontsize=7)
+        colorbar.ax.tick_params(labelsize=6)
+        return panels
+
+    def _update(self, artists, data):
+        buggy, fixed = artists
+        if data["kind"] != "weights":
+            for panel in artists:
+                panel.set_range(-data["limit"], data["limit"])
+        buggy.set_values(data["buggy"])
+        fixed.set_values(data["fixed"])
+
+    def _dynamic(self, artists):
+        return [artist for panel in artists for artist in panel.dynamic()]
+
+    def _caption_text(self, data):
+        return f"{data['bug']}: {data['mistake']}. What it did: {data['symptom']}. Fix: {data['fix']}."
+
+
+def bug_zoo_explorer(*, bug: str = "inverted boolean mask") -> Explorer:
+    """Pick a bug of :data:`~.bug_zoo.BUGS`: its result (left) next to the fixed code's (right), one
+    colour scale for both. data: ``bug``, ``mistake``, ``fix``, ``symptom``, ``kind``
+    (``"weights"`` or ``"output"``), ``buggy`` and ``fixed`` (2-D), ``damage`` (largest difference)."""
+    check_choice("bug", bug, bug_names())
+    return _BugZooExplorer(bug)
