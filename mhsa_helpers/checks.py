@@ -885,3 +885,66 @@ def torch_mha_args(mha: nn.MultiheadAttention, **options: Any) -> None:
         raise ValueError("mha must have kdim == vdim == embed_dim (self-attention), got separate kdim/vdim")
     if mha.bias_k is not None or mha.add_zero_attn:
         raise ValueError("mha must not use add_bias_kv or add_zero_attn, which add an extra key position")
+
+
+# ----------------------------------------------------------------------------- long context (notebook 09)
+
+#: The ways RoPE can be stretched (:class:`mhsa_helpers.long_context.RopeScaling`).
+ROPE_SCALING_METHODS = ("linear", "ntk", "yarn")
+
+
+def check_positive_number(
+    name: str, value: object, *, low: float = 0.0, inclusive: bool = False, why: str = ""
+) -> float:
+    """A finite real number above ``low`` (or at least ``low`` when ``inclusive``), never a bool."""
+    bound = f">= {low:g}" if inclusive else f"> {low:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number {bound}{why}, got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not np.isfinite(number) or number < low or (number == low and not inclusive):
+        raise ValueError(f"{name} must be a finite number {bound}{why}, got {name}={value!r}")
+    return number
+
+
+def sliding_window_mask_args(
+    seq_q: int, seq_k: int | None = None, *, window: int, sinks: int = 0, device: str | torch.device | None = None
+) -> None:
+    causal_mask_args(seq_q, seq_k)
+    check_int("window", window, 1, why=" (each query sees itself and the window - 1 keys before it)")
+    check_int("sinks", sinks, 0, why=" (the first tokens every query may see)")
+
+
+def alibi_slopes_args(num_heads: int) -> None:
+    check_positive_int("num_heads", num_heads)
+
+
+def alibi_bias_args(
+    num_heads: int, seq_q: int, seq_k: int | None = None, *, device: str | torch.device | None = None
+) -> None:
+    check_positive_int("num_heads", num_heads)
+    causal_mask_args(seq_q, seq_k)
+
+
+def rope_scaling_args(scaling: Any) -> None:
+    check_choice("method", scaling.method, ROPE_SCALING_METHODS)
+    check_positive_number(
+        "factor", scaling.factor, low=1.0, inclusive=True, why=" (how many times longer the context is)"
+    )
+    check_positive_int("original_max_seq_len", scaling.original_max_seq_len)
+    slow = check_positive_number("beta_slow", scaling.beta_slow)
+    fast = check_positive_number("beta_fast", scaling.beta_fast)
+    if not fast > slow:
+        raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={fast:g}, beta_slow={slow:g}")
+
+
+def scaled_rope_frequencies_args(d_head: int, base: float = 10000.0, scaling: Any = None) -> None:
+    check_positive_int("d_head", d_head)
+    check_even_d_head(d_head)
+    check_rope_base(base)
+    if scaling is not None:
+        from .long_context import RopeScaling
+
+        if not isinstance(scaling, RopeScaling):
+            raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
+    if d_head == 2 and scaling is not None and scaling.method == "ntk":
+        raise ValueError("d_head must be > 2 for method='ntk' (the base is scaled by factor^(d/(d-2))), got d_head=2")
