@@ -23,6 +23,7 @@ permutation gives the same result at position 0 and wrong results after it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -30,6 +31,7 @@ from torch import nn
 
 from . import checks
 from .checks import ROPE_CONVENTIONS
+from .long_context import RopeScaling, scaled_rope_frequencies
 
 __all__ = ["ROPE_CONVENTIONS", "RotaryEmbedding", "apply_rotary", "rope_angles", "rope_frequencies"]
 
@@ -93,6 +95,10 @@ class RotaryEmbedding(nn.Module):
         base: the ``base`` in ``theta_i = base^(-2i/d_head)`` (10000 in the paper).
         convention: ``"interleaved"`` (default, the paper's pairs) or ``"half_split"``
             (Hugging Face's ``rotate_half``).
+        scaling: ``None`` (RoPE as trained) or a :class:`~mhsa_helpers.long_context.RopeScaling`
+            that stretches the frequencies for a longer context (notebook 09); YaRN's score
+            factor is applied by multiplying cos and sin by its square root, so that
+            ``q . k`` is scaled by it.
 
     Call: ``rope(x, token_positions=None)`` with ``x (..., seq, d_head)`` and
     ``token_positions`` integers, either ``(seq,)`` (shared by all leading dimensions) or with
@@ -111,14 +117,17 @@ class RotaryEmbedding(nn.Module):
         base: float = 10000.0,
         convention: str = "interleaved",
         *,
+        scaling: RopeScaling | None = None,
         device: str | torch.device | None = None,
     ) -> None:
         checks.rotary_embedding_args(d_head, max_seq_len, base, convention, device=device)
+        checks.scaled_rope_frequencies_args(d_head, base, scaling)
         super().__init__()
         self.d_head = d_head
         self.max_seq_len = max_seq_len
         self.base = float(base)
         self.convention = convention
+        self.scaling = scaling
         cos, sin = self.build_cache(device)
         # Not persistent: the cache is a pure function of the settings above.
         self.register_buffer("cos_cached", cos, persistent=False)
@@ -126,8 +135,14 @@ class RotaryEmbedding(nn.Module):
 
     def build_cache(self, device: str | torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for positions ``0 .. max_seq_len - 1``: two float32 ``(max_seq_len, d_head // 2)``."""
-        cos, sin = rope_angles.unchecked(torch.arange(self.max_seq_len), self.d_head, self.base)
-        return cos.to(device), sin.to(device)
+        if self.scaling is None:
+            cos, sin = rope_angles.unchecked(torch.arange(self.max_seq_len), self.d_head, self.base)
+            return cos.to(device), sin.to(device)
+        theta, score_factor = scaled_rope_frequencies.unchecked(self.d_head, self.base, self.scaling)
+        angles = torch.arange(self.max_seq_len, dtype=torch.float64)[:, None] * theta
+        # cos and sin both times sqrt(factor): q and k are each scaled by it, their dot product by the factor.
+        magnitude = math.sqrt(score_factor)
+        return (magnitude * angles.cos()).float().to(device), (magnitude * angles.sin()).float().to(device)
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RotaryEmbedding:
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # nn.Module._apply is unannotated in torch
@@ -137,8 +152,10 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def extra_repr(self) -> str:
+        scaling = "" if self.scaling is None else f", scaling={self.scaling}"
         return (
-            f"d_head={self.d_head}, max_seq_len={self.max_seq_len}, base={self.base:g}, convention={self.convention!r}"
+            f"d_head={self.d_head}, max_seq_len={self.max_seq_len}, base={self.base:g}, "
+            f"convention={self.convention!r}{scaling}"
         )
 
     def angles_for(self, token_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -163,3 +163,44 @@ def test_scaled_frequencies_name_a_bad_argument():
         scaled_rope_frequencies(7)
     with pytest.raises(TypeError, match="scaling must be a RopeScaling"):
         scaled_rope_frequencies(8, 10000.0, "ntk")
+
+
+# ---------------------------------------------------------------- RotaryEmbedding with scaling
+
+
+def test_rotary_embedding_rotates_by_the_scaled_angles():
+    from mhsa_helpers import RotaryEmbedding, apply_rotary
+
+    scaling = RopeScaling("ntk", 4.0, 32)
+    rope = RotaryEmbedding(D, max_seq_len=128, scaling=scaling)
+    theta, _ = scaled_rope_frequencies(D, BASE, scaling)
+    x = torch.randn(2, 100, D, generator=torch.Generator().manual_seed(0))
+    angles = torch.arange(100, dtype=torch.float64)[:, None] * theta
+    expected = apply_rotary(x, angles.cos().float(), angles.sin().float())
+    torch.testing.assert_close(rope(x), expected)
+    assert "ntk" in repr(rope)
+    # Without scaling it is the plain rotation; linear scaling at position 4m equals plain at m.
+    plain = RotaryEmbedding(D, max_seq_len=128)
+    linear = RotaryEmbedding(D, max_seq_len=128, scaling=RopeScaling("linear", 4.0, 32))
+    positions = torch.arange(0, 100, 4)
+    torch.testing.assert_close(linear(x[:, :25], positions), plain(x[:, :25], positions // 4))
+
+
+def test_yarn_scales_the_scores_by_its_factor():
+    from mhsa_helpers import RotaryEmbedding
+
+    scaling = RopeScaling("yarn", 4.0, 32)
+    rope = RotaryEmbedding(D, max_seq_len=64, scaling=scaling)
+    _, factor = scaled_rope_frequencies(D, BASE, scaling)
+    q = torch.randn(1, D, generator=torch.Generator().manual_seed(1))
+    position = torch.tensor([0])
+    # At position 0 nothing turns: only the magnitude changes, so q·q grows by the factor.
+    rotated = rope(q, position)
+    assert float(rotated @ rotated.T) == pytest.approx(factor * float(q @ q.T), rel=1e-5)
+
+
+def test_rotary_embedding_refuses_a_bad_scaling():
+    from mhsa_helpers import RotaryEmbedding
+
+    with pytest.raises(TypeError, match="scaling must be a RopeScaling"):
+        RotaryEmbedding(D, scaling="yarn")
