@@ -102,7 +102,8 @@ def alibi_bias(
     seq_k = seq_q if seq_k is None else seq_k
     query_positions = torch.arange(seq_k - seq_q, seq_k, device=device)[:, None]
     distance = (query_positions - torch.arange(seq_k, device=device)[None, :]).abs().float()
-    return -alibi_slopes.unchecked(num_heads).to(device)[:, None, None] * distance
+    # "+ 0.0" turns the diagonal's -0.0 into 0.0, which prints without a minus sign.
+    return -alibi_slopes.unchecked(num_heads).to(device)[:, None, None] * distance + 0.0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from . import (
     causal_mhsa,
     circulating_mistakes,
     induction_heads,
+    long_context,
     multi_head,
     qkv_by_hand,
     rope,
@@ -138,6 +139,16 @@ LESSONS: tuple[Lesson, ...] = (
         "heads found by score and ablation, the fixed-offset shortcut, attention sinks",
     ),
     _lesson(
+        9,
+        "long_context",
+        "long_context",
+        "Long context: sliding windows, attention sinks, ALiBi and stretching RoPE",
+        long_context,
+        "stretch_explorer",
+        "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows reach, "
+        "attention sinks, ALiBi's biases, and RoPE stretched by interpolation, NTK-aware scaling and YaRN, measured",
+    ),
+    _lesson(
         10,
         "circulating_mistakes",
         "mistakes_that_circulate",
@@ -153,7 +164,6 @@ LESSONS: tuple[Lesson, ...] = (
 #: them, so that the numbering of the lessons has no unexplained gap.
 PLANNED: tuple[tuple[int, str], ...] = (
     (8, "Attention at scale: FlashAttention's online softmax, GQA/MQA and the KV cache's memory"),
-    (9, "Long context: sliding windows, attention sinks, ALiBi and stretching RoPE"),
 )
 
 

@@ -582,7 +582,8 @@ def mask_heatmap(
     if key_tokens is None:
         ax.xaxis.tick_top()
     if title is not None:
-        ax.set_title(title, fontsize=9)
+        # Above the key numbers and the "key" label when they sit on top.
+        ax.set_title(title, fontsize=9, pad=6 if key_tokens is not None else 30)
     return ax
 
 

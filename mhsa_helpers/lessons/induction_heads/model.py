@@ -92,9 +92,12 @@ class AttentionOnlyTransformer(nn.Module):
         return self.d_model // self.num_heads
 
     def forward(
-        self, tokens: torch.Tensor, ablate: Iterable[tuple[int, int]] = ()
+        self, tokens: torch.Tensor, ablate: Iterable[tuple[int, int]] = (), mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``tokens (batch, seq)`` -> ``(logits (batch, seq, vocab), [weights (batch, heads, seq, seq)] * layers)``."""
+        """``tokens (batch, seq)`` -> ``(logits (batch, seq, vocab), [weights (batch, heads, seq, seq)] * layers)``.
+
+        ``mask`` (boolean ``(seq, seq)``, True = may attend) restricts every layer further than
+        causality, e.g. to a sliding window (notebook 09)."""
         if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an int64 tensor of shape (batch, seq), got {_describe(tokens)}")
         if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.max_seq_len:
@@ -111,7 +114,7 @@ class AttentionOnlyTransformer(nn.Module):
             heads = [head for (at, head) in silenced if at == index]
             hook = layer.out_proj.register_forward_pre_hook(self._zero_heads(heads)) if heads else None
             try:
-                out, weights = layer(x, need_weights=True)
+                out, weights = layer(x, mask=mask, need_weights=True)
             finally:
                 if hook is not None:
                     hook.remove()

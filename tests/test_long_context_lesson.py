@@ -1,0 +1,182 @@
+"""Notebook 09's lesson pieces: the experiments on notebook 07's model, how far stacked windows
+reach, the checkers (right answers accepted, each mistake named), the explorers and the diagram."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from mhsa_helpers.lessons.long_context import (
+    TRAINED_LENGTH,
+    check_alibi_bias,
+    check_ntk_frequencies,
+    check_window_mask,
+    long_batch,
+    position_losses,
+    split_losses_with_mask,
+    stretch_explorer,
+    stretched_model,
+    window_explorer,
+    window_reach,
+)
+from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
+from mhsa_helpers.long_context import RopeScaling, alibi_slopes, sliding_window_mask
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+# ---------------------------------------------------------------- experiments
+
+
+def test_the_stretched_model_is_notebook_07s_model_within_the_trained_length():
+    batch = long_batch(TRAINED_LENGTH)
+    short, long = stretched_model(TRAINED_LENGTH), stretched_model(128)
+    with torch.no_grad():
+        torch.testing.assert_close(short(batch.tokens)[0], long(batch.tokens)[0])
+    assert split_losses_with_mask(short, batch)["repeated"] < 1.0
+
+
+def test_a_window_as_long_as_the_sequence_changes_nothing():
+    model, batch = stretched_model(64), long_batch(64, batch_size=32)
+    assert split_losses_with_mask(model, batch) == pytest.approx(
+        split_losses_with_mask(model, batch, sliding_window_mask(64, window=64))
+    )
+
+
+def test_position_losses_average_the_repeated_tokens_of_each_bin():
+    model, batch = stretched_model(64), long_batch(64, batch_size=64)
+    centres, losses, mean = position_losses(model, batch, bin_size=64)
+    assert centres.shape == losses.shape == (1,)
+    assert float(losses[0]) == pytest.approx(split_losses_with_mask(model, batch)["repeated"], rel=1e-5)
+    assert mean == pytest.approx(float(losses[0]), rel=1e-6)
+    binned = position_losses(model, batch, bin_size=8)
+    assert binned.mean == pytest.approx(mean, rel=1e-6) and binned.losses.shape == (8,)
+    with pytest.raises(ValueError, match="bin_size"):
+        position_losses(model, batch, bin_size=0)
+
+
+def test_stretching_with_a_factor_of_one_is_rope_as_trained():
+    batch = long_batch(64, batch_size=16)
+    plain, unit = stretched_model(64), stretched_model(64, RopeScaling("linear", 1.0, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(plain(batch.tokens)[0], unit(batch.tokens)[0])
+
+
+# ---------------------------------------------------------------- reach
+
+
+@pytest.mark.parametrize(("window", "layers"), [(1, 3), (2, 1), (4, 2), (3, 5)])
+def test_stacked_windows_reach_layers_times_window_minus_one(window, layers):
+    mask, reach = window_reach(30, window, layers)
+    assert torch.equal(mask, sliding_window_mask(30, window=window))
+    for i in range(30):
+        for j in range(30):
+            assert bool(reach[i, j]) == (0 <= i - j <= layers * (window - 1))
+
+
+# ---------------------------------------------------------------- checkers
+
+
+def test_window_checker():
+    def right(n, w):
+        behind = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        return (behind >= 0) & (behind < w)
+
+    assert check_window_mask(right, verbose=False).correct
+    wrong = {
+        "off by one: the window holds window + 1 keys": lambda n, w: right(n, w + 1),
+        "off by one: the query cannot see itself": lambda n, w: right(n, w + 1) & ~torch.eye(n, dtype=torch.bool),
+        "forgot causality: the window reaches into the future": lambda n, w: right(n, w) | right(n, w).T,
+        "mask polarity inverted (True = blocked)": lambda n, w: ~right(n, w),
+    }
+    for name, function in wrong.items():
+        assert check_window_mask(function, verbose=False).misconception == name
+    assert not check_window_mask(lambda n, w: right(n, w).int(), verbose=False).correct
+
+
+def test_alibi_checker_accepts_any_values_above_the_diagonal():
+    def right(h, n, future=0.0):
+        distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).float()
+        bias = -alibi_slopes(h)[:, None, None] * distance
+        return bias.masked_fill(distance < 0, future)
+
+    assert check_alibi_bias(right, verbose=False).correct
+    assert check_alibi_bias(lambda h, n: right(h, n, float("-inf")), verbose=False).correct
+    slopes = {
+        "wrong sign: distant keys are favoured": lambda h, n: -right(h, n),
+        "slopes start at 1 (2^(-8h/n) from h = 0)": lambda h, n: right(h, n) * 2.0 ** (8 / h),
+    }
+    for name, function in slopes.items():
+        assert check_alibi_bias(function, verbose=False).misconception == name
+
+    def per_position(h, n):
+        return -alibi_slopes(h) * (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().float()
+
+    result = check_alibi_bias(per_position, verbose=False)
+    assert result.misconception == "slopes per position instead of per head"
+
+
+def test_ntk_checker():
+    def frequencies(d, base):
+        return base ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    assert check_ntk_frequencies(lambda d, b, s: frequencies(d, b * s ** (d / (d - 2))), verbose=False).correct
+    wrong = {
+        "base scaled by the factor itself": lambda d, b, s: frequencies(d, b * s),
+        "every frequency divided by the factor (that is position interpolation)": lambda d, b, s: frequencies(d, b) / s,
+        "exponent upside down: factor^((d-2)/d)": lambda d, b, s: frequencies(d, b * s ** ((d - 2) / d)),
+    }
+    for name, function in wrong.items():
+        assert check_ntk_frequencies(function, verbose=False).misconception == name
+    assert not check_ntk_frequencies(lambda d, b, s: frequencies(d, b), verbose=False).correct
+
+
+# ---------------------------------------------------------------- explorers and diagram
+
+
+def test_stretch_explorer_draws_what_the_formulas_give():
+    explorer = stretch_explorer(method="ntk", factor=4, original_len=32, d_head=16)
+    try:
+        data = explorer.data
+        assert data["stretch"][0] == pytest.approx(1.0) and data["stretch"][-1] == pytest.approx(4.0)
+        assert data["unseen_before"] == 6
+        data = explorer.update(method="linear").data
+        assert data["stretch"] == pytest.approx([4.0] * 8)
+        assert explorer.update(method="none").data["kept"] == 8
+        with pytest.raises(ValueError, match="method"):
+            explorer.update(method="dynamic")
+    finally:
+        explorer.close()
+    with pytest.raises(ValueError, match="factor"):
+        stretch_explorer(factor=3)
+
+
+def test_window_explorer_counts_how_far_back_the_last_token_is_reached():
+    explorer = window_explorer(window=3, layers=2, seq_len=20)
+    try:
+        assert explorer.data["furthest_back"] == 4
+        assert explorer.update(window=5, layers=3).data["furthest_back"] == 12
+        assert explorer.update(window=16, layers=6).data["furthest_back"] == 19  # capped by the sequence
+    finally:
+        explorer.close()
+    with pytest.raises(ValueError, match="window"):
+        window_explorer(window=0)
+
+
+def test_streaming_cache_diagram_keeps_sinks_and_window():
+    fig = streaming_cache_diagram(seq_len=10, window=3, sinks=2)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "sinks + window = 2 + 3 keys and values" in texts
+    # Each position once in the stream, and the kept ones (0, 1, 7, 8, 9) once more in the cache.
+    assert sum(t.isdigit() for t in texts) == 10 + 5
+    with pytest.raises(ValueError, match="sinks"):
+        streaming_cache_diagram(seq_len=10, window=3, sinks=8)
