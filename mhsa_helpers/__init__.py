@@ -5,12 +5,15 @@ Small modules, one idea each, in the order of the notebooks:
 * :mod:`~mhsa_helpers.softmax` — the numerically stable softmax (notebook 02);
 * :mod:`~mhsa_helpers.attention` — scaled dot-product attention (notebooks 01 and 02);
 * :mod:`~mhsa_helpers.masking` — causal and padding masks, two ways to apply them (notebook 03);
-* :mod:`~mhsa_helpers.heads` — splitting into heads and merging them back (notebook 04);
+* :mod:`~mhsa_helpers.heads` — splitting into heads and merging them back (notebook 04), sharing
+  key/value heads (notebook 08);
 * :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05);
-* :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06);
+* :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06), preallocated
+  (notebook 08) and with a sliding window (notebook 09);
 * :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its functional form (notebook 06);
-* :mod:`~mhsa_helpers.tiled_attention` — the online softmax and tiled attention (notebook 08, to come);
-* :mod:`~mhsa_helpers.kv_cache_memory` — what the KV cache costs, MHA/GQA/MQA (notebook 08, to come);
+* :mod:`~mhsa_helpers.tiled_attention` — the online softmax and tiled attention (notebook 08);
+* :mod:`~mhsa_helpers.kv_cache_memory` — what the KV cache costs, MHA/GQA/MQA (notebook 08);
+* :mod:`~mhsa_helpers.long_context` — sliding windows, ALiBi, stretching RoPE (notebook 09);
 * :mod:`~mhsa_helpers.weight_layouts` — loaders, per-head/stacked/fused weights, the RoPE weight permutation;
 * :mod:`~mhsa_helpers.checks` — every argument check, run once at each public entry point;
 * :mod:`~mhsa_helpers.compat` — workarounds for older PyTorch releases;
@@ -24,8 +27,8 @@ The notebooks' checkers, explorers and figures live in :mod:`mhsa_helpers.teachi
 from . import examples, weight_layouts
 from .attention import attention_scores, scaled_dot_product_attention
 from .devices import default_device
-from .heads import merge_heads, split_heads
-from .kv_cache import KVCache
+from .heads import merge_heads, repeat_kv, split_heads
+from .kv_cache import KVCache, SlidingWindowCache
 from .masking import (
     causal_mask,
     combine_masks,
@@ -51,6 +54,7 @@ __all__ = [
     "KVCache",
     "MultiHeadSelfAttention",
     "RotaryEmbedding",
+    "SlidingWindowCache",
     "apply_rotary",
     "attention_scores",
     "causal_mask",
@@ -65,6 +69,7 @@ __all__ = [
     "multi_head_self_attention",
     "padding_mask",
     "permute_rope_weight",
+    "repeat_kv",
     "rope_frequencies",
     "rope_permutation",
     "scaled_dot_product_attention",

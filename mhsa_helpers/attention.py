@@ -49,15 +49,21 @@ def attend(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`scaled_dot_product_attention` returning ``(output, weights)``, with ``weights = None``
     unless ``need_weights``: one return type, for callers that pass ``need_weights`` on.
 
     Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``, ``v (..., seq_k, d_v)`` ->
-    output ``(..., seq_q, d_v)``, weights ``(..., seq_q, seq_k)``.
+    output ``(..., seq_q, d_v)``, weights ``(..., seq_q, seq_k)``; ``bias`` (float, broadcastable to
+    ``(..., seq_q, seq_k)``) is added to the scaled scores before the mask and the softmax.
     """
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    fused = not need_weights and dropout_p == 0.0
+    # PyTorch's fused kernels take no bias next to a boolean mask: with a bias the weights are explicit.
+    fused = not need_weights and dropout_p == 0.0 and bias is None
+    if is_causal and seq_q == 1 and mask is None:
+        # One query at the end of the sequence (decoding a token) sees every key: nothing to mask.
+        is_causal = False
     if is_causal and (mask is not None or seq_q != seq_k or not fused):
         # PyTorch's is_causal is only used alone and for square scores: it aligns the mask to
         # the first key, while decoding with a cache needs it aligned to the last one.
@@ -73,6 +79,9 @@ def attend(
         scores = attention_scores.unchecked(q.float(), k.float(), scale)
     else:
         scores = attention_scores.unchecked(q, k, scale)
+    if bias is not None:
+        # An additive position bias (ALiBi, notebook 09) shifts the scores before the softmax.
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = softmax.unchecked(scores, dim=-1)
@@ -92,12 +101,15 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> Output:
     """Attention of every query over the keys, with optional mask and dropout.
 
     Shapes:
         q: ``(..., seq_q, d_k)``; k: ``(..., seq_k, d_k)``; v: ``(..., seq_k, d_v)``
         mask: boolean, broadcastable to ``(..., seq_q, seq_k)``; ``True`` = may attend.
+        bias: float, broadcastable to ``(..., seq_q, seq_k)``, added to the scaled scores before
+            the mask and the softmax (ALiBi's distance penalty, notebook 09).
         returns: output ``(..., seq_q, d_v)``, and with ``return_weights=True`` also the
         attention weights ``(..., seq_q, seq_k)``. Without dropout each row sums to 1, or is
         all zeros when the mask leaves the query nothing to attend to; with ``dropout_p > 0``
@@ -123,6 +135,6 @@ def scaled_dot_product_attention(
     Arguments are checked by :func:`attend`.
     """
     output, weights = attend(
-        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=return_weights
+        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=return_weights, bias=bias
     )
     return output if weights is None else (output, weights)

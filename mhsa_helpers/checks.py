@@ -292,6 +292,7 @@ def attend_args(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> None:
     check_qk(q, k)
     check_floating("v", v)
@@ -312,6 +313,9 @@ def attend_args(
     check_probability("dropout_p", dropout_p)
     if mask is not None:
         check_bool_mask("mask", mask, (*batch, seq_q, seq_k), "(..., seq_q, seq_k)", device=q.device)
+    if bias is not None:
+        check_floating("bias", bias)
+        check_broadcasts_to("bias", bias, (*batch, seq_q, seq_k), "(..., seq_q, seq_k)")
     if is_causal and seq_q > seq_k:
         raise ValueError(
             f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
@@ -478,6 +482,7 @@ def kv_cache_args(cache: KVCache, keys: torch.Tensor, values: torch.Tensor) -> N
         raise TypeError(f"values must have the dtype of keys ({keys.dtype}), got {values.dtype}")
     if values.device != keys.device:
         raise ValueError(f"values must be on the device of keys ({keys.device}), got device {values.device}")
+    check_cache_room(cache, keys.shape[-2])
     held, held_values = cache.keys, cache.values
     if held is None or held_values is None:
         return
@@ -505,12 +510,28 @@ def kv_cache_args(cache: KVCache, keys: torch.Tensor, values: torch.Tensor) -> N
         )
 
 
+def check_cache_room(cache: KVCache, new: int) -> None:
+    """A preallocated cache must have room for ``new`` more tokens; checked before anything is written."""
+    if cache.capacity is not None and cache.length + new > cache.capacity:
+        raise ValueError(
+            f"capacity={cache.capacity} is too small: the cache holds {cache.length} tokens and cannot take "
+            f"{new} more; make a KVCache with a larger capacity (the cache is unchanged)"
+        )
+
+
+def check_num_kv_heads(num_heads: int, num_kv_heads: object) -> int:
+    kv_heads = check_positive_int("num_kv_heads", num_kv_heads)
+    check_divisible("num_heads", num_heads, "num_kv_heads", kv_heads)
+    return kv_heads
+
+
 def check_cache_fits(cache: object, x: torch.Tensor, num_heads: int, d_head: int) -> int:
     """A cache that this call can extend; returns its length (the first new position)."""
     from .kv_cache import KVCache  # here, not at the top: kv_cache imports this module
 
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+    check_cache_room(cache, x.shape[-2])
     if cache.keys is None or cache.values is None:
         return 0
     if cache.keys.shape[:-3] != x.shape[:-2]:
@@ -581,6 +602,7 @@ def mhsa_init_args(
     d_model: int,
     num_heads: int,
     *,
+    num_kv_heads: int | None = None,
     d_in: int | None = None,
     d_out: int | None = None,
     causal: bool = False,
@@ -597,6 +619,8 @@ def mhsa_init_args(
     check_positive_int("d_model", d_model)
     check_positive_int("num_heads", num_heads)
     check_divisible("d_model", d_model, "num_heads", num_heads)
+    if num_kv_heads is not None:
+        check_num_kv_heads(num_heads, num_kv_heads)
     if d_in is not None:
         check_positive_int("d_in", d_in)
     if d_out is not None:
@@ -622,7 +646,9 @@ def mhsa_forward_args(
             f"x must have the module's dtype {dtype}, got {x.dtype}; use x.to({dtype}) or module.to({x.dtype})"
         )
     seq = x.shape[-2]
-    past = 0 if cache is None else check_cache_fits(cache, x, module.num_heads, module.d_head)
+    past = 0 if cache is None else check_cache_fits(cache, x, module.num_kv_heads, module.d_head)
+    held = None if cache is None else cast("KVCache", cache).keys
+    stored = 0 if held is None else held.shape[-2]
     if token_positions is not None:
         check_token_positions(token_positions, x, rope_on=module.rope is not None)
     if module.rope is not None:
@@ -631,7 +657,7 @@ def mhsa_forward_args(
         else:
             check_positions_tensor_in_range(token_positions, module.rope.max_seq_len)
     if mask is not None:
-        target = (*x.shape[:-2], module.num_heads, seq, past + seq)
+        target = (*x.shape[:-2], module.num_heads, seq, stored + seq)
         check_bool_mask("mask", mask, target, "(..., heads, seq, seq_k)", device=x.device)
 
 
@@ -643,6 +669,7 @@ def mhsa_functional_args(
     o_weight: torch.Tensor,
     *,
     num_heads: int,
+    num_kv_heads: int | None = None,
     causal: bool = False,
     mask: torch.Tensor | None = None,
     rope_base: float | None = None,
@@ -657,6 +684,7 @@ def mhsa_functional_args(
 ) -> None:
     check_attention_input(x)
     check_positive_int("num_heads", num_heads)
+    kv_heads = num_heads if num_kv_heads is None else check_num_kv_heads(num_heads, num_kv_heads)
     if token_positions is not None:
         check_tensor("token_positions", token_positions)
     names = ("q_weight", "k_weight", "v_weight", "o_weight")
@@ -665,19 +693,25 @@ def mhsa_functional_args(
         if weight.dtype != x.dtype:
             raise TypeError(f"{name} must have the dtype of x ({x.dtype}), got {weight.dtype}")
     d_model = q_weight.shape[0]
-    for name, weight in zip(names[:3], (q_weight, k_weight, v_weight), strict=True):
-        if weight.shape != (d_model, x.shape[-1]):
+    if q_weight.shape != (d_model, x.shape[-1]):
+        raise ValueError(
+            f"q_weight must have shape (d_model, d_in) with d_in = x.shape[-1] = {x.shape[-1]}, "
+            f"got shape {tuple(q_weight.shape)}"
+        )
+    d_head = check_divisible("d_model", d_model, "num_heads", num_heads)
+    kv_rows = kv_heads * d_head
+    for name, weight in zip(names[1:3], (k_weight, v_weight), strict=True):
+        if weight.shape != (kv_rows, x.shape[-1]):
             raise ValueError(
-                f"{name} must have shape (d_model, d_in) = ({d_model}, {x.shape[-1]}) to match q_weight and x, "
-                f"got shape {tuple(weight.shape)}"
+                f"{name} must have shape (num_kv_heads * d_head, d_in) = ({kv_rows}, {x.shape[-1]}) to match "
+                f"q_weight, x and num_kv_heads={kv_heads}, got shape {tuple(weight.shape)}"
             )
     if o_weight.shape[1] != d_model:
         raise ValueError(f"o_weight must have shape (d_out, d_model={d_model}), got shape {tuple(o_weight.shape)}")
-    sizes = {"q_bias": d_model, "k_bias": d_model, "v_bias": d_model, "o_bias": o_weight.shape[0]}
+    sizes = {"q_bias": d_model, "k_bias": kv_rows, "v_bias": kv_rows, "o_bias": o_weight.shape[0]}
     for (name, size), bias in zip(sizes.items(), (q_bias, k_bias, v_bias, o_bias), strict=True):
         if bias is not None:
             check_bias(name, bias, size, dtype=x.dtype)
-    check_divisible("d_model", d_model, "num_heads", num_heads)
     seq = x.shape[-2]
     if rope_base is not None:
         check_rope_d_head(d_model, num_heads)
@@ -756,7 +790,17 @@ def permute_rope_weight_args(weight: torch.Tensor, num_heads: int, source: str, 
 
 
 #: Constructor arguments that a loader reads off the weights; passing them too is an error.
-SET_BY_THE_WEIGHTS = ("d_model", "num_heads", "d_in", "d_out", "qkv_bias", "out_bias", "device", "dtype")
+SET_BY_THE_WEIGHTS = (
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "d_in",
+    "d_out",
+    "qkv_bias",
+    "out_bias",
+    "device",
+    "dtype",
+)
 
 
 def check_loader_options(options: dict[str, object]) -> None:
@@ -791,13 +835,20 @@ def projection_weights_args(
         weights = [w.transpose(0, 1) for w in weights]
     q_w, k_w, v_w, o_w = weights
     d_model = q_w.shape[0]
+    check_positive_int("num_heads", num_heads)
+    d_head = check_divisible("d_model", d_model, "num_heads", num_heads)
     expected = "(d_model, d_in)" if layout == "out_in" else "(d_in, d_model)"
     for name, weight in zip(names[1:3], (k_w, v_w), strict=True):
-        if weight.shape != q_w.shape:
+        # Grouped-query attention: fewer key/value heads than query heads, so fewer rows.
+        rows = weight.shape[0]
+        grouped = weight.shape[1] == q_w.shape[1] and rows % d_head == 0 and num_heads % max(rows // d_head, 1) == 0
+        if weight.shape != k_w.shape or not (weight.shape == q_w.shape or (grouped and rows > 0)):
             shown = tuple(weight.shape) if layout == "out_in" else tuple(weight.shape[::-1])
             wanted = tuple(q_w.shape) if layout == "out_in" else tuple(q_w.shape[::-1])
             raise ValueError(
-                f"{name} must have the shape of q_weight {wanted} {expected} with layout={layout!r}, got shape {shown}"
+                f"{name} must have the shape of q_weight {wanted} {expected} with layout={layout!r} (or, for "
+                f"grouped-query attention, num_kv_heads * d_head rows with num_kv_heads dividing "
+                f"num_heads={num_heads}, the same for k_weight and v_weight), got shape {shown}"
             )
     if o_w.shape[1] != d_model:
         raise ValueError(
@@ -805,9 +856,10 @@ def projection_weights_args(
             + (f"(d_out, {d_model})" if layout == "out_in" else f"({d_model}, d_out)")
             + f" with layout={layout!r}, got shape {tuple(o_weight.shape)}"
         )
-    for name, bias in zip(("q_bias", "k_bias", "v_bias"), (q_bias, k_bias, v_bias), strict=True):
+    sizes = (d_model, k_w.shape[0], v_w.shape[0])
+    for name, bias, size in zip(("q_bias", "k_bias", "v_bias"), (q_bias, k_bias, v_bias), sizes, strict=True):
         if bias is not None:
-            check_bias(name, bias, d_model)
+            check_bias(name, bias, size)
     if o_bias is not None:
         check_bias("o_bias", o_bias, o_w.shape[0])
 
@@ -856,6 +908,7 @@ def fused_qkv_loader_args(
     *,
     num_heads: int,
     fused_layout: str,
+    num_kv_heads: int | None = None,
     qkv_bias: torch.Tensor | None = None,
     o_bias: torch.Tensor | None = None,
     **options: Any,
@@ -864,14 +917,23 @@ def fused_qkv_loader_args(
     check_choice("fused_layout", fused_layout, FUSED_QKV_LAYOUTS)
     check_matrix("qkv_weight", qkv_weight, "(3 * d_model, d_in) matrix")
     check_positive_int("num_heads", num_heads)
+    kv_heads = num_heads if num_kv_heads is None else check_num_kv_heads(num_heads, num_kv_heads)
+    if kv_heads != num_heads and fused_layout == "per_head":
+        raise ValueError(
+            "fused_layout='per_head' holds one [q|k|v] block per head, so num_kv_heads must equal num_heads "
+            f"there; got num_heads={num_heads}, num_kv_heads={kv_heads} (use fused_layout='stacked')"
+        )
     rows = qkv_weight.shape[0]
-    check_divisible("qkv_weight.shape[0]", rows, "3 * num_heads", 3 * num_heads)
+    heads_total = num_heads + 2 * kv_heads
+    what = "3 * num_heads" if kv_heads == num_heads else "(num_heads + 2 * num_kv_heads)"
+    d_head = check_divisible("qkv_weight.shape[0]", rows, what, heads_total)
     if qkv_bias is not None:
         check_tensor("qkv_bias", qkv_bias)
         if tuple(qkv_bias.shape) != (rows,):
             raise ValueError(f"qkv_bias must have shape ({rows},), got {tuple(qkv_bias.shape)}")
-    q_w, k_w, v_w = qkv_weight.chunk(3, dim=0)
-    q_b, k_b, v_b = (None, None, None) if qkv_bias is None else qkv_bias.chunk(3)
+    sizes = [num_heads * d_head, kv_heads * d_head, kv_heads * d_head]
+    q_w, k_w, v_w = torch.split(qkv_weight, sizes, dim=0)
+    q_b, k_b, v_b = (None, None, None) if qkv_bias is None else torch.split(qkv_bias, sizes)
     projection_weights_args(
         q_w, k_w, v_w, o_weight, num_heads=num_heads, layout="out_in", q_bias=q_b, k_bias=k_b, v_bias=v_b, o_bias=o_bias
     )
@@ -948,3 +1010,23 @@ def scaled_rope_frequencies_args(d_head: int, base: float = 10000.0, scaling: An
             raise TypeError(f"scaling must be a RopeScaling or None, got {type(scaling).__name__}")
     if d_head == 2 and scaling is not None and scaling.method == "ntk":
         raise ValueError("d_head must be > 2 for method='ntk' (the base is scaled by factor^(d/(d-2))), got d_head=2")
+
+
+def repeat_kv_args(x: torch.Tensor, groups: int) -> None:
+    check_tensor("x", x)
+    check_ndim("x", x, 3, "(..., kv_heads, seq, d_head)")
+    check_positive_int("groups", groups)
+
+
+def kv_cache_init_args(capacity: int | None = None) -> None:
+    if capacity is not None:
+        check_positive_int("capacity", capacity)
+
+
+def sliding_window_cache_args(window: int, sinks: int = 0) -> None:
+    check_int("window", window, 1, why=" (each new token sees itself and the window - 1 tokens before it)")
+    check_int("sinks", sinks, 0, why=" (the first tokens that are never evicted)")
+
+
+def cache_mask_args(cache: Any, new: int) -> None:
+    check_positive_int("new", new)

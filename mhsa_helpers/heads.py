@@ -1,8 +1,9 @@
 """Splitting ``d_model`` into heads and merging them back.
 
 Taught in notebook 04, section 4 ("The shape walk, and the view that forgets to transpose");
-the weight matrices behind the heads (per-head, stacked, fused) are in
-:mod:`~mhsa_helpers.weight_layouts`.
+:func:`repeat_kv`, which lets several query heads share one key/value head (grouped-query
+attention), in notebook 08. The weight matrices behind the heads (per-head, stacked, fused) are
+in :mod:`~mhsa_helpers.weight_layouts`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 
 from . import checks
 
-__all__ = ["merge_heads", "split_heads"]
+__all__ = ["merge_heads", "repeat_kv", "split_heads"]
 
 
 @checks.checked_by(checks.split_heads_args)
@@ -31,3 +32,15 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(..., heads, seq, d_head)`` -> ``(..., seq, heads * d_head)``: concatenate the heads."""
     return x.transpose(-3, -2).flatten(-2)
+
+
+@checks.checked_by(checks.repeat_kv_args)
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``(..., kv_heads, seq, d_head)`` -> ``(..., kv_heads * groups, seq, d_head)``: each key/value
+    head repeated ``groups`` times in a row (0, 0, 1, 1, ... for ``groups = 2``), so that query head
+    ``h`` reads key/value head ``h // groups``.
+
+    ``x.repeat`` would tile the heads instead (0, 1, 0, 1, ...): it runs, with the right shape,
+    and pairs most query heads with the wrong key/value head.
+    """
+    return x if groups == 1 else x.repeat_interleave(groups, dim=-3)

@@ -1,11 +1,17 @@
-"""A key/value cache for incremental (token-by-token) decoding.
+"""Key/value caches for incremental (token-by-token) decoding.
 
-Taught in notebook 06, section 4 ("Decoding one token at a time, with a key/value cache").
+Taught in notebook 06, section 4 ("Decoding one token at a time, with a key/value cache"); the
+preallocated cache (``KVCache(capacity=...)``) in notebook 08, the sliding-window cache with
+attention sinks (:class:`SlidingWindowCache`) in notebook 09.
 
 During generation the keys and values of past tokens never change, so they are
 kept instead of being recomputed. Keys are stored *after* RoPE: position ``m``
 was rotated once, when its token arrived; new tokens continue at
 ``positions = cache.length, cache.length + 1, ...``.
+
+A module uses a cache in two steps, so that a call that fails leaves the cache as it was:
+``keys, values = cache.extended(new_keys, new_values)`` gives everything to attend to, and
+``cache.commit(keys, values)`` keeps it once attention has succeeded.
 """
 
 from __future__ import annotations
@@ -14,47 +20,127 @@ import torch
 
 from . import checks
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "SlidingWindowCache"]
 
 
 class KVCache:
-    """Keys and values seen so far, each ``(..., length, d)``, usually ``(batch, heads, length, d_head)``.
+    """Keys and values seen so far, each ``(..., length, d)``, usually ``(batch, kv_heads, length, d_head)``.
 
-    ``append`` concatenates along the sequence axis; that is ``O(length)`` per
-    step, which keeps the class simple to read. ``length`` is the next token's
-    position. ``extended`` returns the same concatenation without storing it, for a
-    caller that stores it only once the step has succeeded.
+    Without ``capacity`` each step concatenates the new keys to the old ones: ``O(length)`` copying
+    per step, which keeps the class simple to read. With ``capacity`` (notebook 08) the first step
+    allocates ``(..., capacity, d)`` buffers and every step writes its rows in place: no copy,
+    constant cost per token; more than ``capacity`` tokens raise ``ValueError`` and change nothing.
+    Write in place only without autograd (``torch.no_grad()``), as when generating.
+
+    ``length`` is the next token's position; ``keys`` and ``values`` are what is held.
     """
 
-    def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+    def __init__(self, capacity: int | None = None) -> None:
+        checks.kv_cache_init_args(capacity)
+        self.capacity = capacity
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self._length = 0
 
     @property
     def length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
+        return self._length
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        if self._keys is None or self.capacity is None:
+            return self._keys
+        return self._keys[..., : self._length, :] if self._length else None
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        if self._values is None or self.capacity is None:
+            return self._values
+        return self._values[..., : self._length, :] if self._length else None
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add ``(..., new, d_head)`` keys and ``(..., new, d_v)`` values; return all of them so far."""
-        self.keys, self.values = self.extended(keys, values)
-        return self.keys, self.values
+        all_keys, all_values = self.extended(keys, values)
+        self.commit(all_keys, all_values)
+        return all_keys, all_values
 
     def extended(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """What :meth:`append` would hold after adding ``keys`` and ``values``; the cache is unchanged."""
+        """What :meth:`append` would hold after adding ``keys`` and ``values``; the cache's
+        :attr:`length`, :attr:`keys` and :attr:`values` are unchanged until :meth:`commit`."""
         checks.kv_cache_args(self, keys, values)
         return self.extended_unchecked(keys, values)
 
     def extended_unchecked(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`extended` without its argument checks, for a caller that has made them
         (``MultiHeadSelfAttention.forward``)."""
-        if self.keys is None or self.values is None:
-            return keys, values
-        return torch.cat((self.keys, keys), dim=-2), torch.cat((self.values, values), dim=-2)
+        if self.capacity is None:
+            if self._keys is None or self._values is None:
+                return keys, values
+            return torch.cat((self._keys, keys), dim=-2), torch.cat((self._values, values), dim=-2)
+        if self._keys is None or self._values is None or self._length == 0:
+            # Allocated at the first step, when the batch shape, dtype and device are known.
+            self._keys = keys.new_empty((*keys.shape[:-2], self.capacity, keys.shape[-1]))
+            self._values = values.new_empty((*values.shape[:-2], self.capacity, values.shape[-1]))
+        end = self._length + keys.shape[-2]
+        # Rows beyond `length` are not part of the cache yet: writing them changes nothing that is held.
+        self._keys[..., self._length : end, :] = keys
+        self._values[..., self._length : end, :] = values
+        return self._keys[..., :end, :], self._values[..., :end, :]
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Keep ``keys`` and ``values``, the result of :meth:`extended`, as the cache's content."""
+        if self.capacity is None:
+            self._keys, self._values = keys, values
+        self._length = keys.shape[-2]
 
     def reset(self) -> None:
-        self.keys = None
-        self.values = None
+        """Forget everything (a preallocated cache allocates again at its next step)."""
+        self._keys = None
+        self._values = None
+        self._length = 0
 
     def __repr__(self) -> str:
         shape = None if self.keys is None else tuple(self.keys.shape)
-        return f"KVCache(length={self.length}, keys shape={shape})"
+        capacity = "" if self.capacity is None else f", capacity={self.capacity}"
+        return f"{type(self).__name__}(length={self.length}{capacity}, keys shape={shape})"
+
+
+class SlidingWindowCache(KVCache):
+    """A cache for sliding-window attention (notebook 09): it keeps the keys and values of the
+    first ``sinks`` tokens and of the last ``window - 1`` tokens, so that the next token, which
+    sees itself and the ``window - 1`` tokens before it (plus the sinks), finds exactly what it
+    may attend to. Memory stays ``sinks + window`` rows however long the stream.
+
+    ``length`` counts every token seen (the next position, for RoPE); ``keys``/``values`` hold
+    only the kept rows, and ``positions`` their positions. Decoding one token at a time needs no
+    mask; a step of several new tokens passes ``mask=cache.mask_for(new)``.
+    """
+
+    def __init__(self, window: int, sinks: int = 0) -> None:
+        checks.sliding_window_cache_args(window, sinks)
+        super().__init__()
+        self.window, self.sinks = window, sinks
+        self.positions = torch.zeros(0, dtype=torch.long)
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        new = keys.shape[-2] - self.positions.numel()
+        positions = torch.cat((self.positions, torch.arange(self._length, self._length + new)))
+        self._length += new
+        # The next query sits at position `length` and sees positions > length - window, and the sinks.
+        keep = (positions < self.sinks) | (positions > self._length - self.window)
+        index = keep.nonzero().squeeze(-1).to(keys.device)
+        self._keys, self._values = keys.index_select(-2, index), values.index_select(-2, index)
+        self.positions = positions[keep]
+
+    def mask_for(self, new: int) -> torch.Tensor:
+        """The boolean mask ``(new, kept + new)`` of a step that feeds ``new`` tokens: each sees the
+        kept keys and new keys within its window (or among the sinks), none after it."""
+        checks.cache_mask_args(self, new)
+        key_positions = torch.cat((self.positions, torch.arange(self._length, self._length + new)))
+        query_positions = torch.arange(self._length, self._length + new)[:, None]
+        behind = query_positions - key_positions[None, :]
+        return (behind >= 0) & ((behind < self.window) | (key_positions[None, :] < self.sinks))
+
+    def reset(self) -> None:
+        super().reset()
+        self.positions = torch.zeros(0, dtype=torch.long)

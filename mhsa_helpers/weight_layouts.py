@@ -165,6 +165,8 @@ def from_projection_weights(
     module = MultiHeadSelfAttention(
         d_model,
         num_heads,
+        # Fewer key/value rows than query rows: grouped-query attention.
+        num_kv_heads=k_w.shape[0] // (d_model // num_heads),
         d_in=d_in,
         d_out=o_w.shape[0],
         qkv_bias=has_qkv_bias,
@@ -177,8 +179,15 @@ def from_projection_weights(
         module.qkv_proj.weight.copy_(torch.cat((q_w, k_w, v_w), dim=0))
         module.out_proj.weight.copy_(o_w)
         if has_qkv_bias:
-            zeros = torch.zeros(d_model, dtype=q_w.dtype, device=q_w.device)
-            module.qkv_proj.bias.copy_(torch.cat([zeros if b is None else b for b in qkv_biases]))
+            sizes = (d_model, k_w.shape[0], v_w.shape[0])
+            module.qkv_proj.bias.copy_(
+                torch.cat(
+                    [
+                        torch.zeros(size, dtype=q_w.dtype, device=q_w.device) if b is None else b
+                        for b, size in zip(qkv_biases, sizes, strict=True)
+                    ]
+                )
+            )
         if o_bias is not None:
             module.out_proj.bias.copy_(o_bias)
     return module
@@ -216,22 +225,28 @@ def from_fused_qkv(
     *,
     num_heads: int,
     fused_layout: str,
+    num_kv_heads: int | None = None,
     qkv_bias: torch.Tensor | None = None,
     o_bias: torch.Tensor | None = None,
     **options: Any,
 ) -> MultiHeadSelfAttention:
     """A module from one fused ``(3 * d_model, d_in)`` QKV matrix (``nn.Linear`` layout).
 
-    ``fused_layout="stacked"``: rows ``[W_Q; W_K; W_V]`` (PyTorch, nanoGPT);
-    ``"per_head"``: for each head its ``[q|k|v]`` row blocks.
+    ``fused_layout="stacked"``: rows ``[W_Q; W_K; W_V]`` (PyTorch, nanoGPT); with
+    ``num_kv_heads`` (grouped-query attention) ``W_K`` and ``W_V`` have ``num_kv_heads * d_head``
+    rows each, ``(num_heads + 2 * num_kv_heads) * d_head`` in all.
+    ``"per_head"``: for each head its ``[q|k|v]`` row blocks (one key/value head per query head).
     ``o_weight`` is ``(d_out, d_model)``.
     """
     if fused_layout == "per_head":
         qkv_weight = fused_qkv_per_head_to_stacked.unchecked(qkv_weight, num_heads)
         if qkv_bias is not None:
             qkv_bias = fused_qkv_per_head_to_stacked.unchecked(qkv_bias, num_heads)
-    q_w, k_w, v_w = qkv_weight.chunk(3, dim=0)
-    q_b, k_b, v_b = (None, None, None) if qkv_bias is None else qkv_bias.chunk(3)
+    kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    d_head = qkv_weight.shape[0] // (num_heads + 2 * kv_heads)
+    sizes = [num_heads * d_head, kv_heads * d_head, kv_heads * d_head]
+    q_w, k_w, v_w = torch.split(qkv_weight, sizes, dim=0)
+    q_b, k_b, v_b = (None, None, None) if qkv_bias is None else torch.split(qkv_bias, sizes)
     return from_projection_weights.unchecked(
         q_w,
         k_w,

@@ -192,3 +192,84 @@ def test_causal_offset_mask_and_is_causal_against_hand_built(seq_q, past, seed):
     out, weights = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
     torch.testing.assert_close(out, reference)
     assert (weights.masked_select(~expected.expand_as(weights)) == 0).all()
+
+
+# ---------------------------------------------------------------- the preallocated cache (notebook 08)
+
+
+@pytest.mark.parametrize("rope", [False, True])
+def test_preallocated_cache_gives_the_concatenating_caches_outputs(rope):
+    torch.manual_seed(11)
+    module = MultiHeadSelfAttention(16, 4, causal=True, rope=rope).eval()
+    x = torch.randn(2, 10, 16)
+    growing, fixed = KVCache(), KVCache(capacity=12)
+    with torch.no_grad():
+        for chunk in (x[:, :3], x[:, 3:4], x[:, 4:9], x[:, 9:]):
+            torch.testing.assert_close(module(chunk, cache=fixed), module(chunk, cache=growing))
+    torch.testing.assert_close(fixed.keys, growing.keys)
+    torch.testing.assert_close(fixed.values, growing.values)
+    assert fixed.length == growing.length == 10
+    # One buffer of 12 positions, allocated once: (batch 2, heads 4, capacity 12, d_head 4) float32.
+    assert fixed.keys.untyped_storage().nbytes() == 2 * 4 * 12 * 4 * 4
+
+
+def test_preallocated_cache_writes_in_place():
+    cache = KVCache(capacity=5)
+    cache.append(torch.ones(1, 2, 2, 3), torch.ones(1, 2, 2, 3))
+    buffer = cache.keys.untyped_storage().data_ptr()
+    cache.append(torch.zeros(1, 2, 1, 3), torch.zeros(1, 2, 1, 3))
+    assert cache.keys.untyped_storage().data_ptr() == buffer
+    assert cache.keys.shape == (1, 2, 3, 3) and cache.keys[..., 2, :].abs().sum() == 0
+    cache.reset()
+    assert cache.length == 0 and cache.keys is None
+
+
+def test_over_capacity_raises_and_leaves_the_cache_unchanged():
+    torch.manual_seed(12)
+    module = MultiHeadSelfAttention(16, 4, causal=True).eval()
+    cache = KVCache(capacity=4)
+    with torch.no_grad():
+        module(torch.randn(1, 3, 16), cache=cache)
+        before = cache.keys.clone()
+        with pytest.raises(ValueError, match=r"capacity=4 is too small: the cache holds 3 tokens and cannot take 2"):
+            module(torch.randn(1, 2, 16), cache=cache)
+    assert cache.length == 3 and torch.equal(cache.keys, before)
+    with pytest.raises(ValueError, match="capacity=4 is too small"):
+        cache.append(torch.ones(1, 4, 2, 4), torch.ones(1, 4, 2, 4))
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        KVCache(capacity=0)
+
+
+# ---------------------------------------------------------------- the sliding-window cache (notebook 09)
+
+
+@pytest.mark.parametrize(("window", "sinks"), [(3, 0), (4, 1), (1, 0), (5, 2), (20, 0)])
+def test_sliding_window_decoding_equals_the_full_pass_with_the_window_mask(window, sinks):
+    from mhsa_helpers import SlidingWindowCache
+    from mhsa_helpers.long_context import sliding_window_mask
+
+    torch.manual_seed(13)
+    module = MultiHeadSelfAttention(16, 4, num_kv_heads=2, causal=True, rope=True).eval()
+    x = torch.randn(2, 12, 16)
+    full = module(x, mask=sliding_window_mask(12, window=window, sinks=sinks))
+    cache = SlidingWindowCache(window, sinks=sinks)
+    with torch.no_grad():
+        prompt = module(x[:, :5], mask=cache.mask_for(5), cache=cache)
+        steps = [module(x[:, t : t + 1], cache=cache) for t in range(5, 9)]
+        chunk = module(x[:, 9:], mask=cache.mask_for(3), cache=cache)
+    torch.testing.assert_close(torch.cat([prompt, *steps, chunk], dim=1), full, atol=1e-5, rtol=1e-5)
+    # It holds at most sinks + window - 1 tokens, whatever the length.
+    assert cache.length == 12 and cache.keys.shape[-2] == min(12, sinks + window - 1)
+    kept = [p for p in range(12) if p < sinks or p > 12 - window]
+    assert cache.positions.tolist() == kept
+
+
+def test_sliding_window_cache_names_a_bad_setting():
+    from mhsa_helpers import SlidingWindowCache
+
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        SlidingWindowCache(0)
+    with pytest.raises(ValueError, match="sinks must be >= 0"):
+        SlidingWindowCache(3, sinks=-1)
+    with pytest.raises(ValueError, match="new must be >= 1"):
+        SlidingWindowCache(3).mask_for(0)

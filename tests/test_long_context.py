@@ -204,3 +204,34 @@ def test_rotary_embedding_refuses_a_bad_scaling():
 
     with pytest.raises(TypeError, match="scaling must be a RopeScaling"):
         RotaryEmbedding(D, scaling="yarn")
+
+
+# ---------------------------------------------------------------- an additive bias in attention (ALiBi)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_with_an_alibi_bias_is_the_formula(causal):
+    from mhsa_helpers import scaled_dot_product_attention
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(3, 2, 4, 5, 8, generator=g, dtype=torch.float64).unbind(0)
+    bias = alibi_bias(4, 5).double()
+    out, weights = scaled_dot_product_attention(q, k, v, bias=bias, is_causal=causal, return_weights=True)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
+    if causal:
+        scores = scores.masked_fill(~causal_mask(5), -math.inf)
+    expected = torch.softmax(scores, dim=-1)
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(out, expected @ v)
+    # Without weights requested it takes the explicit path too (the fused kernel has no bias).
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, bias=bias, is_causal=causal), out)
+
+
+def test_attention_names_a_bias_of_the_wrong_shape():
+    from mhsa_helpers import scaled_dot_product_attention
+
+    q = torch.randn(1, 4, 5, 8)
+    with pytest.raises(ValueError, match=r"bias must be broadcastable to \(\.\.\., seq_q, seq_k\)"):
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5, 6))
+    with pytest.raises(TypeError, match="bias"):
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5, 5, dtype=torch.long))
