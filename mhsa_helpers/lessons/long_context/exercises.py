@@ -121,7 +121,7 @@ def check_alibi_bias(learner: Callable[..., Any], *, verbose: bool = True) -> Ch
     ]
     return check_function(
         "alibi_bias",
-        _causal_part(learner),
+        _causal_part(learner) if callable(learner) else learner,
         _causal_part(lambda h, n: alibi_bias(h, n)),
         cases,
         [Misconception(m.name, _causal_part(m.implementation), m.hint) for m in misconceptions],

@@ -120,7 +120,7 @@ class _StretchExplorer(Explorer):
             "none": "RoPE as trained",
             "linear": "position interpolation: every wavelength × s",
             "ntk": "NTK-aware: the base grows by s^(d/(d-2)); slow pairs × s, the fastest kept",
-            "yarn": "YaRN: pairs turning > 32 times in L kept, < once interpolated, a ramp between",
+            "yarn": "YaRN: pairs turning more than 32 times in L kept, less than once interpolated, a ramp between",
         }[data["method"]]
         factor = f" · scores × {data['score_factor']:.2f}" if data["score_factor"] != 1.0 else ""
         return (
