@@ -1,6 +1,6 @@
 """What the KV cache costs: a calculator, and the published configurations of a few open models.
 
-To be taught in notebook 08 (attention at scale, still to be written), next to :mod:`~mhsa_helpers.tiled_attention`.
+Taught in notebook 08 ("Attention at scale"), section 5.
 
 While generating, every layer keeps the keys and the values of every earlier token, for
 every key/value head::

@@ -1,6 +1,6 @@
 """Online softmax and tiled attention: the idea behind FlashAttention, in plain PyTorch.
 
-To be taught in notebook 08 ("Attention at scale"), which is still to be written.
+Taught in notebook 08 ("Attention at scale"), sections 2 and 3.
 
 Attention's textbook form builds the ``(seq_q, seq_k)`` matrix of scores, softmaxes each row
 and multiplies by ``V``. Its memory grows with ``n²``. The online softmax removes the need

@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from . import (
+    attention_at_scale,
     causal_masking,
     causal_mhsa,
     circulating_mistakes,
@@ -139,6 +140,16 @@ LESSONS: tuple[Lesson, ...] = (
         "heads found by score and ablation, the fixed-offset shortcut, attention sinks",
     ),
     _lesson(
+        8,
+        "attention_at_scale",
+        "attention_at_scale",
+        "Attention at scale: FlashAttention's online softmax, GQA/MQA and the KV cache's memory",
+        attention_at_scale,
+        "tiles_explorer",
+        "the online softmax and tiled attention that never builds the (n, n) matrix, grouped- and multi-query "
+        "attention, what the KV cache of real models costs, a preallocated cache",
+    ),
+    _lesson(
         9,
         "long_context",
         "long_context",
@@ -162,9 +173,7 @@ LESSONS: tuple[Lesson, ...] = (
 
 #: Notebooks the series plans but does not have yet, as ``(number, title)``: the README's table lists
 #: them, so that the numbering of the lessons has no unexplained gap.
-PLANNED: tuple[tuple[int, str], ...] = (
-    (8, "Attention at scale: FlashAttention's online softmax, GQA/MQA and the KV cache's memory"),
-)
+PLANNED: tuple[tuple[int, str], ...] = ()
 
 
 def lesson(number: int) -> Lesson:
