@@ -35,6 +35,7 @@ from .masking import (
     masked_softmax_neg_inf,
     masked_softmax_renormalize,
     padding_mask,
+    sliding_window_mask,
 )
 from .mha import MultiHeadSelfAttention, multi_head_self_attention
 from .rope import RotaryEmbedding, apply_rotary, rope_frequencies
@@ -73,6 +74,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaled_dot_product_attention",
+    "sliding_window_mask",
     "softmax",
     "split_heads",
     "stack_head_weights",

@@ -3,7 +3,8 @@
 
 Taught in notebook 09 ("Long context"):
 
-* **Sliding-window attention** (:func:`sliding_window_mask`): query ``i`` sees the keys
+* **Sliding-window attention** (:func:`~mhsa_helpers.masking.sliding_window_mask`, with the
+  other masks): query ``i`` sees the keys
   ``i - window + 1 .. i`` — and, with ``sinks > 0``, the first ``sinks`` tokens as well, the
   *attention sinks* that streaming models keep (Xiao et al., 2023, "StreamingLLM").
 * **ALiBi** (Press et al., 2022, "Train short, test long"): no position embedding at all; each
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from . import checks
+from .masking import sliding_window_mask
 
 __all__ = [
     "ROPE_SCALING_METHODS",
@@ -43,30 +45,6 @@ __all__ = [
 
 #: The ways :class:`RopeScaling` can stretch RoPE.
 ROPE_SCALING_METHODS = checks.ROPE_SCALING_METHODS
-
-
-@checks.checked_by(checks.sliding_window_mask_args)
-def sliding_window_mask(
-    seq_q: int,
-    seq_k: int | None = None,
-    *,
-    window: int,
-    sinks: int = 0,
-    device: str | torch.device | None = None,
-) -> torch.Tensor:
-    """Boolean ``(seq_q, seq_k)`` mask: causal, and each query sees at most its last ``window`` keys
-    (itself included), plus the first ``sinks`` keys of the sequence.
-
-    As in :func:`~mhsa_helpers.masking.causal_mask`, with ``seq_q < seq_k`` the queries are the
-    last ``seq_q`` positions: query ``i`` sits at position ``p = seq_k - seq_q + i`` and sees key
-    ``j`` when ``p - window < j <= p``, or ``j < sinks``.
-    """
-    seq_k = seq_q if seq_k is None else seq_k
-    query_positions = torch.arange(seq_k - seq_q, seq_k, device=device)[:, None]
-    key_positions = torch.arange(seq_k, device=device)[None, :]
-    behind = query_positions - key_positions  # >= 0 for the past and the query itself
-    in_window = (behind >= 0) & (behind < window)
-    return in_window | ((key_positions < sinks) & (behind >= 0))
 
 
 def _power_of_two_slopes(n: int) -> list[float]:

@@ -2,7 +2,8 @@
 
 Taught in notebook 03: "Why a decoder must not see the future" (:func:`causal_mask`), "Two ways
 to apply the mask" (:func:`masked_softmax_neg_inf`, :func:`masked_softmax_renormalize`) and
-"Padding masks, combined with the causal mask" (:func:`padding_mask`, :func:`combine_masks`).
+"Padding masks, combined with the causal mask" (:func:`padding_mask`, :func:`combine_masks`);
+:func:`sliding_window_mask` in notebook 09, section 2 ("Sliding-window attention").
 
 Polarity: every mask here is boolean with ``True`` = "may attend", broadcastable to
 ``(..., seq_q, seq_k)``. Some notes use ``1 = blocked`` float masks
@@ -22,6 +23,7 @@ __all__ = [
     "masked_softmax_neg_inf",
     "masked_softmax_renormalize",
     "padding_mask",
+    "sliding_window_mask",
 ]
 
 
@@ -88,3 +90,27 @@ def masked_softmax_renormalize(scores: torch.Tensor, mask: torch.Tensor) -> torc
     weights = softmax.unchecked(scores, dim=-1) * mask
     row_sums = weights.sum(dim=-1, keepdim=True)
     return weights / torch.where(row_sums == 0, torch.ones_like(row_sums), row_sums)
+
+
+@checks.checked_by(checks.sliding_window_mask_args)
+def sliding_window_mask(
+    seq_q: int,
+    seq_k: int | None = None,
+    *,
+    window: int,
+    sinks: int = 0,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """Boolean ``(seq_q, seq_k)`` mask: causal, and each query sees at most its last ``window`` keys
+    (itself included), plus the first ``sinks`` keys of the sequence.
+
+    As in :func:`~mhsa_helpers.masking.causal_mask`, with ``seq_q < seq_k`` the queries are the
+    last ``seq_q`` positions: query ``i`` sits at position ``p = seq_k - seq_q + i`` and sees key
+    ``j`` when ``p - window < j <= p``, or ``j < sinks``.
+    """
+    seq_k = seq_q if seq_k is None else seq_k
+    query_positions = torch.arange(seq_k - seq_q, seq_k, device=device)[:, None]
+    key_positions = torch.arange(seq_k, device=device)[None, :]
+    behind = query_positions - key_positions  # >= 0 for the past and the query itself
+    in_window = (behind >= 0) & (behind < window)
+    return in_window | ((key_positions < sinks) & (behind >= 0))
