@@ -10,6 +10,7 @@
 #   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
+#   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -45,7 +46,7 @@ KERNEL_ENV := $(shell grep -E '^[A-Z_]+=' scripts/kernel.env)
 NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.language_info.version"
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers \
+.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale \
 	clean distclean FORCE
 
 help:
@@ -113,6 +114,10 @@ bench: setup
 
 bench-explorers: setup
 	$(VENV_PY) benchmarks/bench_explorers.py
+
+bench-scale: setup
+	$(VENV_PY) benchmarks/bench_tiled.py
+	$(VENV_PY) benchmarks/bench_decode.py
 
 clean:
 	rm -rf build dist .pytest_cache .hypothesis .ruff_cache .mypy_cache
