@@ -354,11 +354,28 @@ def test_masked_attention_mistakes(learner, name):
 
 def test_masked_softmax_correct_with_an_explicit_guard():
     def guarded(scores, mask):
-        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+        # Blocked scores to -inf first, the max over the visible keys (0 for a row with none), a guarded division.
+        filled = scores.masked_fill(~mask, float("-inf"))
+        visible_max = filled.amax(dim=-1, keepdim=True)
+        visible_max = torch.where(torch.isfinite(visible_max), visible_max, torch.zeros_like(visible_max))
+        weights = torch.exp(filled - visible_max)
         total = weights.sum(dim=-1, keepdim=True)
         return torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
 
     assert check_masked_softmax(guarded, verbose=False).correct
+
+    def exp_then_mask(scores, mask, *, visible_max):
+        # Right on ordinary scores; a blocked score far from the visible ones leaves float range in exp.
+        source = scores.masked_fill(~mask, float("-inf")) if visible_max else scores
+        row_max = source.amax(dim=-1, keepdim=True)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        weights = torch.exp(scores - row_max) * mask
+        total = weights.sum(dim=-1, keepdim=True)
+        return torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
+
+    for visible_max in (False, True):
+        result = check_masked_softmax(lambda s, m, v=visible_max: exp_then_mask(s, m, visible_max=v), verbose=False)
+        assert result.misconception == "blocked scores reach exp before the mask removes them"
 
 
 def _guarded_but_inverted(scores, mask):

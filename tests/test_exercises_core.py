@@ -78,7 +78,11 @@ def test_error_is_reported_with_the_case_not_raised():
     cases = [Case((torch.ones(2),), description="two ones")]
     result = check_function("demo", learner, lambda x: x, cases, verbose=False)
     assert result.status == "error" and not result.correct
-    assert result.message == "[demo] your function raised ValueError: boom (case: two ones)"
+    # The learner's own line, the arguments the checker passed, and the case's description.
+    assert result.message == (
+        '[demo] your function raised ValueError: boom (in learner, line 76: `raise ValueError("boom")`). '
+        "It was called with a tensor of shape (2,) (two ones); check which shapes your code assumes."
+    )
 
 
 def test_non_function_is_a_type_error():
@@ -96,9 +100,14 @@ def test_incorrect_names_the_first_differing_case_and_the_largest_difference():
     assert result.status == "incorrect"
     assert result.misconception is None
     assert result.message == (
-        "[demo] not yet: case 'has a negative' differs from the reference "
-        "(got shape (3,), expected shape (3,), largest difference 4)."
+        "[demo] not yet: case 'has a negative' differs from the reference (largest difference 4)."
     )
+
+
+def test_shapes_are_shown_only_when_they_differ():
+    cases = [Case((torch.ones(3),), description="three ones")]
+    result = check_function("demo", lambda x: x[:2], lambda x: x.clone(), cases, verbose=False)
+    assert result.message.endswith("(got shape (2,), expected shape (3,)).")
 
 
 def test_incorrect_shape_is_reported():
@@ -237,7 +246,7 @@ def test_square_retry_names_a_transposition_mistake_that_crashes_on_rectangular_
     assert result.misconception == "forgot to transpose W"
     assert result.message.startswith("[demo] not yet: this looks like 'forgot to transpose W'. use x @ w.T")
     assert "On rectangular inputs your function raised RuntimeError" in result.message
-    assert "(case: x (3, 4), w (2, 4))" in result.message
+    assert "(x (3, 4), w (2, 4))" in result.message
     assert "on square inputs, where every axis has the same length" in result.message
 
 
@@ -295,8 +304,7 @@ def test_float_mask_where_bool_is_expected_is_a_difference_with_a_clear_message(
     # the values agree, only the dtype is wrong
     assert result.message == (
         "[demo] not yet: case 'n=3' differs from the reference "
-        "(got shape (3, 3), expected shape (3, 3), returned dtype torch.float32, expected torch.bool, "
-        "largest difference 0)."
+        "(returned dtype torch.float32, expected torch.bool, largest difference 0)."
     )
 
 

@@ -20,6 +20,7 @@ without raising, so committed notebooks with unsolved stubs run top to bottom.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,23 +126,25 @@ def _difference(got: Any, expected: Any) -> str:
         got_t, exp_t = _as_tensors(got)[0], _as_tensors(expected)[0]
     except TypeError as exc:
         return str(exc)
-    detail = f"got shape {tuple(got_t.shape)}, expected shape {tuple(exp_t.shape)}"
     if got_t.shape != exp_t.shape:
-        return detail
+        # Shapes are shown only when they differ: "got shape (3, 4), expected shape (3, 4)" helps nobody.
+        return f"got shape {tuple(got_t.shape)}, expected shape {tuple(exp_t.shape)}"
+    details = []
     if _is_bool(got_t) != _is_bool(exp_t):
-        detail += f", returned dtype {got_t.dtype}, expected {exp_t.dtype}"
+        details.append(f"returned dtype {got_t.dtype}, expected {exp_t.dtype}")
     if got_t.numel() == 0:
-        return detail
+        return ", ".join(details) or "the shapes match"
     g, e = _as_numbers(got_t), _as_numbers(exp_t)
     nan_mismatch = torch.isnan(g) != torch.isnan(e)
     if nan_mismatch.any():
-        detail += f", NaN at {int(nan_mismatch.sum())} position(s) where the other has a number"
+        where = "your result has NaN" if bool(torch.isnan(g)[nan_mismatch].any()) else "the reference has NaN"
+        details.append(f"{where} at {int(nan_mismatch.sum())} position(s) where the other has a number")
     # Equal entries (including equal infinities and NaN against NaN) differ by 0, not by inf - inf = NaN.
     equal = (g == e) | (torch.isnan(g) & torch.isnan(e))
     gaps = (g - e).abs().masked_fill(equal, 0.0)[~nan_mismatch]
     if gaps.numel():
-        detail += f", largest difference {float(gaps.max()):.3g}"
-    return detail
+        details.append(f"largest difference {float(gaps.max()):.3g}")
+    return ", ".join(details)
 
 
 # ------------------------------------------------------------------ running a check
@@ -151,6 +154,33 @@ def _call(function: Callable[..., Any], case: Case) -> Any:
     # Clone so an in-place mistake in one implementation cannot corrupt the next call.
     args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
     return function(*args, **case.kwargs)
+
+
+def _describe_args(case: Case) -> str:
+    """The arguments a case passes, as a learner reads them: tensors by shape, the rest by value."""
+
+    def describe(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            kind = "bool " if value.dtype == torch.bool else ""
+            return f"a {kind}tensor of shape {tuple(value.shape)}"
+        return repr(value)
+
+    parts = [describe(a) for a in case.args] + [f"{k}={describe(v)}" for k, v in case.kwargs.items()]
+    return ", ".join(parts) if parts else "no arguments"
+
+
+def _learner_line(exc: BaseException, learner: Callable[..., Any]) -> str:
+    """`` in my_function, line 3: `e = x.t()` ``: the learner's own frame where the error was raised
+    (the last frame of the traceback in the learner's code, not in torch or this package)."""
+    code = getattr(learner, "__code__", None)
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if code is not None and f.filename == code.co_filename]
+    if not own:
+        return ""
+    frame = own[-1]
+    line = (frame.line or "").strip()
+    shown = f": `{line}`" if line else ""
+    return f" (in {frame.name}, line {frame.lineno}{shown})"
 
 
 def _runs(function: Callable[..., Any], case: Case) -> bool:
@@ -223,8 +253,10 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> C
             return CheckResult(
                 exercise,
                 "error",
-                f"[{exercise}] your function raised {type(exc).__name__}: {exc} "
-                f"(case: {case.description or case.args})",
+                f"[{exercise}] your function raised {type(exc).__name__}: {exc}{_learner_line(exc, learner)}. "
+                f"It was called with {_describe_args(case)}"
+                f"{' (' + case.description + ')' if case.description else ''}; "
+                "check which shapes your code assumes.",
             )
     expected_outputs = [_call(reference, case) for case in cases]
     first_wrong = next(

@@ -148,6 +148,16 @@ def check_online_attention(learner: Callable[..., Any], *, verbose: bool = True)
             "by exp(old max - new max) before adding the new tile.",
         ),
         Misconception(
+            "a softmax per tile, then averaged",
+            lambda s, v, t: (
+                sum(torch.softmax(s[:, a : a + t], dim=-1) @ v[a : a + t] for a in range(0, s.shape[1], t))
+                / math.ceil(s.shape[1] / t)
+            ),
+            "Each of your tiles was normalised on its own and the results averaged: a key in a small tile then "
+            "weighs more than one in a large tile. The softmax of the whole row needs one running maximum and "
+            "one normaliser carried across the tiles.",
+        ),
+        Misconception(
             "the output is not divided by the normaliser at the end",
             lambda s, v, t: _online(s, v, t, normalise=False),
             "The running output is a sum of exp(score - max) * value: divide it by the normaliser once all tiles "

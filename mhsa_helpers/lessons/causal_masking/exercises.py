@@ -19,14 +19,16 @@ __all__ = ["check_causal_mask", "check_masked_attention", "check_masked_softmax"
 
 POLARITY_NAME = "inverted mask polarity (True = blocked)"
 POLARITY_HINT = (
-    "In this package (and in torch.nn.functional.scaled_dot_product_attention) True means 'may attend'. "
-    "Seed 002 and nn.MultiheadAttention mark *blocked* positions with True/1; such a mask must be "
-    "inverted with ~mask before use."
+    "Your code blocks the keys the mask allows. In this package (and in "
+    "torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; nn.MultiheadAttention and "
+    "many write-ups mark *blocked* positions with True/1, and such a mask must be inverted with ~mask. "
+    "Passed unchanged, a causal model reads the future (a bug that has shipped in real code)."
 )
 AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
 AFTER_SOFTMAX_HINT = (
-    "Zeroing weights after the softmax leaves rows that sum to less than 1 (seed 002's method 1 divides "
-    "each row by its new sum). Simpler: fill blocked *scores* with -inf before the softmax."
+    "Your blocked weights are 0 but the rows sum to less than 1: they were zeroed after the softmax "
+    "(dividing each row by its new sum would repair it). Simpler: fill blocked *scores* with -inf before "
+    "the softmax."
 )
 
 
@@ -70,11 +72,24 @@ def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
             ones,
             "A causal mask blocks every key after the query: keep only the lower triangle.",
         ),
+        Misconception(
+            "off by one: each token also sees the next one (tril(diagonal=1))",
+            lambda n: ones(n).tril(diagonal=1),
+            "Your mask keeps one diagonal above the main one, so token i sees token i + 1: the future leaks "
+            "in. torch.tril(..., diagonal=0), the default, keeps j <= i.",
+        ),
     ]
     misconceptions = [
+        Misconception(
+            "returned an additive 0/-inf float mask instead of a boolean one",
+            lambda n: torch.zeros(n, n).masked_fill(~causal_mask(n), float("-inf")),
+            "Your mask holds 0 where a key is visible and -inf where it is blocked: a mask to *add* to the "
+            "scores. This exercise asks for the boolean form, True = may attend (torch.tril of a bool tensor); "
+            "the two are not interchangeable (PyTorch adds a float mask and selects with a bool one).",
+        ),
         *mask_mistakes,
-        # The same mistakes built from torch.ones(n, n) without .bool() (seed 002 builds its mask
-        # that way): a bool answer never matches a number one, so each is listed in number form too.
+        # The same mistakes built from torch.ones(n, n) without .bool() (a common way to build the mask):
+        # a bool answer never matches a number one, so each is listed in number form too.
         *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mask_mistakes],
         Misconception(
             NUMBER_MASK_NAME,
@@ -175,7 +190,26 @@ def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True)
         Misconception(
             "softmax over the wrong dimension",
             lambda q, k, v, mask: masked(q, k, v, mask, dim=-2),
-            "Each query's row is normalised over the keys: softmax(..., dim=-1).",
+            "Your weights sum to 1 down each key's column (dim=-2). Each query's row is normalised over the "
+            "keys: softmax(..., dim=-1).",
+        ),
+        Misconception(
+            "softmax over the wrong dimension",
+            lambda q, k, v, mask: masked(q, k, v, mask, dim=0),
+            "Your weights sum to 1 over the first axis (dim=0, the batch when there is one). Each query's row "
+            "is normalised over the keys: softmax(..., dim=-1).",
+        ),
+        Misconception(
+            "mask added after the softmax",
+            lambda q, k, v, mask: (
+                (
+                    torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1)
+                    + torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, -1e9)
+                )
+                @ v
+            ),
+            "Your weights were changed after the softmax (the formula softmax(QKᵀ/√d_k)V + M that circulates): "
+            "the mask must change the *scores*, before the softmax: softmax(scores.masked_fill(~mask, -inf)).",
         ),
     ]
     return check_function(
@@ -200,6 +234,13 @@ def _masked_softmax_cases() -> list:
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
     real = torch.tensor([[False, False, True, True], [True, True, True, True]])
     left_padded = causal[None] & real[:, None, :]
+    # Scores far apart: exp overflows without the max subtracted, and a query whose visible keys score
+    # near -24000 while a blocked key scores -9000 defeats "add -10000 to blocked scores".
+    wide = torch.tensor(
+        [[1000.0, 2.0, -3.0, 1.0], [-24000.0, -25000.0, -9000.0, -30000.0], [0.5, 800.0, -1.0, 3.0]],
+        dtype=torch.float64,
+    )
+    wide_mask = torch.ones(3, 4, dtype=torch.bool).tril()
     return [
         Case((random_tensor(g, 4, 5, scale=2.0), one_row), description="scores (4, 5), row 2 fully masked"),
         Case((random_tensor(g, 2, 4, 4, scale=2.0), left_padded), description="left padding + causal (2, 4, 4)"),
@@ -207,6 +248,7 @@ def _masked_softmax_cases() -> list:
             (random_tensor(g, 2, 3, 6, scale=2.0), random_mask(g, 2, 3, 6)),
             description="scores (2, 3, 6), no fully masked row",
         ),
+        Case((wide, wide_mask), description="scores (3, 4) far apart: near +1000 and a row near -24000"),
     ]
 
 
@@ -219,6 +261,19 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
     def fill_then_softmax(scores, mask, fill=float("-inf")):
         return torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
 
+    def no_max(scores, mask):
+        e = torch.exp(scores) * mask
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def renormalised(scores, mask):
+        weights = torch.softmax(scores, dim=-1) * mask
+        return weights / weights.sum(dim=-1, keepdim=True)
+
+    def global_row_max(scores, mask):
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+        total = weights.sum(dim=-1, keepdim=True)
+        return weights / torch.where(total == 0, torch.ones_like(total), total)
+
     misconceptions = [
         Misconception(
             "a fully masked row gives NaN (softmax of a row of -inf)",
@@ -226,6 +281,20 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "When every score in a row is -inf, its max is -inf too, and -inf - (-inf) is NaN; renormalising "
             "after the softmax divides 0 by 0 instead. Guard that row: subtract 0 instead of an infinite max "
             "(or divide by 1 where the row sum is 0), so it comes out as zeros.",
+        ),
+        Misconception(
+            "a fully masked row gives NaN (softmax of a row of -inf)",
+            renormalised,
+            "Your fully masked row is NaN: renormalising after the softmax divides its sum, 0, by 0. Guard that "
+            "row (divide by 1 where the sum is 0), so it comes out as zeros.",
+        ),
+        Misconception(
+            "blocked scores reach exp before the mask removes them",
+            global_row_max,
+            "Your row is all zeros for the query whose visible keys score near -24000 while a blocked key scores "
+            "-9000: the blocked score took part in exp (or in the row's max) before the mask removed it, and "
+            "exp left the range of floating-point numbers (overflow to inf, or underflow of every visible key "
+            "to 0). Fill blocked scores with -inf *before* the max and the exp.",
         ),
         Misconception(
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
@@ -244,6 +313,30 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "blocked scores set to 0 instead of -inf",
             lambda scores, mask: fill_then_softmax(scores, mask, 0.0),
             "A blocked score of 0 still gets weight; only -inf gives exp(-inf) = 0.",
+        ),
+        Misconception(
+            "did not subtract the max: exp overflows to inf and gives NaN",
+            no_max,
+            "exp(1000) is inf, and inf / inf is NaN: on the row near +1000 your weights are NaN. Subtract each "
+            "row's largest visible score before exp (torch.softmax does it for you).",
+        ),
+        Misconception(
+            "blocked scores pushed down by adding -10000 instead of -inf",
+            lambda scores, mask: torch.softmax(scores - 10_000.0 * (~mask), dim=-1) * mask.any(-1, keepdim=True),
+            "Adding -10000 works only while every visible score is far above the blocked ones: the query whose "
+            "visible keys score near -24000 still puts its weight on a blocked key at -9000. Fill with -inf.",
+        ),
+        Misconception(
+            "added the boolean mask to the scores",
+            lambda scores, mask: torch.softmax(scores + mask, dim=-1),
+            "scores + mask adds 1 to every allowed score and 0 to every blocked one: nothing is blocked. "
+            "Select with the mask instead: scores.masked_fill(~mask, float('-inf')).",
+        ),
+        Misconception(
+            "multiplied -inf by (1 - mask): 0 × inf is NaN",
+            lambda scores, mask: torch.softmax(scores + (1 - mask.to(scores.dtype)) * float("-inf"), dim=-1),
+            "(1 - mask) * -inf is -inf where the mask is 0, but 0 × -inf = NaN where it is 1: every allowed "
+            "score becomes NaN. Use masked_fill, which never multiplies by infinity.",
         ),
     ]
     return check_function("masked softmax", learner, masked_softmax_neg_inf, cases, misconceptions, verbose=verbose)

@@ -1,5 +1,5 @@
-"""Notebook 03's explorer: seed 002's causal mask, its two ways of applying it (``METHODS``)
-and training-mode dropout on the weights, on seed 002's own projections."""
+"""Notebook 03's explorer: the causal mask of "Your journey starts with one step", its two ways of
+applying it (``METHODS``) and training-mode dropout on the weights, on its own seeded projections."""
 
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ __all__ = ["DROPOUT_SEED", "METHODS", "SEED_002_SEED", "masking_explorer", "seed
 
 #: ``torch.manual_seed`` right before the masking explorer's training-mode dropout.
 DROPOUT_SEED = 0
-#: Seed 002's ``torch.manual_seed`` before its three ``nn.Linear(3, 3, bias=False)`` (query, key, value).
+#: The ``torch.manual_seed`` before its three ``nn.Linear(3, 3, bias=False)`` (query, key, value).
 SEED_002_SEED = 789
 
 
-#: The two ways to apply the mask: blocked scores to -inf before the softmax (seed 002's
+#: The two ways to apply the mask: blocked scores to -inf before the softmax (notebook 03's
 #: second method), or softmax, zero the blocked weights and divide by the row sum (its first).
 METHODS = {"neg_inf": masked_softmax_neg_inf, "renormalize": masked_softmax_renormalize}
 
 
 def seed_002_projections() -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seed 002's 6 tokens projected by its ``W_query, W_key, W_value`` (``torch.manual_seed(789)``,
+    """The 6 tokens projected by its ``W_query, W_key, W_value`` (``torch.manual_seed(789)``,
     three ``nn.Linear(3, 3, bias=False)`` in that order): ``(tokens, q, k, v)``, each ``(6, 3)``."""
     tokens, inputs = your_journey_starts_with_one_step()
     with seeded(SEED_002_SEED):
@@ -151,7 +151,7 @@ class _MaskingExplorer(Explorer):
 def masking_explorer(
     *, seq_len: int = 6, causal: bool = True, method: str = "neg_inf", dropout: float = 0.0
 ) -> Explorer:
-    """Seed 002's "Your journey starts with one step" (its ``manual_seed(789)`` projections):
+    """ "Your journey starts with one step" (its ``manual_seed(789)`` projections):
     the causal mask, the two ways to apply it (``"neg_inf"``: blocked scores to -inf before
     the softmax; ``"renormalize"``: softmax, zero, divide by the row sum — the same weights),
     and training-mode dropout on the weights (``torch.manual_seed(DROPOUT_SEED)`` first).

@@ -261,6 +261,8 @@ def _block(
     merge=merge_heads,
     project_out=True,
     rope_before_split=False,
+    scale=None,
+    fill=None,
 ):
     q, k, v = x @ q_weight.T, x @ k_weight.T, x @ v_weight.T
     seq = x.shape[-2]
@@ -275,7 +277,13 @@ def _block(
         q = rope(q) if "q" in rope_on else q
         k = rope(k) if "k" in rope_on else k
         v = rope(v) if "v" in rope_on else v
-    heads = merge(scaled_dot_product_attention(q, k, v, is_causal=causal))
+    if fill is None:
+        heads = merge(scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
+    else:
+        # The blocked scores filled with an ordinary number instead of -inf.
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), fill)
+        heads = merge(torch.softmax(scores, dim=-1) @ v)
     return heads @ o_weight.T if project_out else heads
 
 
@@ -327,9 +335,22 @@ BLOCK_MISCONCEPTIONS = (
         "which mixes positions inside each head: view as (..., seq, heads, d_head), then .transpose(-3, -2).",
     ),
     Misconception(
+        "scaled by sqrt(d_model) instead of sqrt(d_head)",
+        lambda *a: _block(*a, scale=1.0 / a[0].shape[-1] ** 0.5),
+        "Your scores are divided by √d_model. Each head attends over its own d_head features: divide by "
+        "√d_head = √(d_model / num_heads).",
+    ),
+    Misconception(
+        "masked scores filled with 0 instead of -inf",
+        lambda *a: _block(*a, fill=0.0),
+        "Your future tokens still get weight: a score of 0 is an ordinary score, exp(0) = 1. Fill the "
+        "blocked scores with -inf (or pass is_causal=True).",
+    ),
+    Misconception(
         "merge without transposing back",
         lambda *a: _block(*a, merge=merge_reshape_without_transpose),
-        "Transpose the head outputs back to (..., seq, heads, d_head) before flattening (seed 004's bug).",
+        "Transpose the head outputs back to (..., seq, heads, d_head) before flattening: a reshape alone "
+        "mixes positions.",
     ),
 )
 

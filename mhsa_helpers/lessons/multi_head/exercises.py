@@ -74,6 +74,19 @@ SPLIT_HEADS_MISCONCEPTIONS = (
         "Cut the feature axis as (heads, d_head), not (d_head, heads): head i owns the *consecutive* "
         "features i*d_head ... (i+1)*d_head - 1, the same rows of W_Q that belong to head i.",
     ),
+    Misconception(
+        "hard-coded transpose(1, 2)",
+        lambda x, h: x.reshape(*x.shape[:-1], h, x.shape[-1] // h).transpose(1, 2),
+        "Your transpose(1, 2) swaps the right axes only for a 3-D (batch, seq, d_model) input: with no batch "
+        "axis, or with more leading axes, it swaps others. Count from the end: .transpose(-3, -2).",
+    ),
+    Misconception(
+        "torch.split(x, num_heads): pieces of num_heads features",
+        lambda x, h: torch.stack(torch.split(x, h, dim=-1), dim=-3),
+        "torch.split(x, n, dim=-1) cuts pieces of n features each, so you got d_model / num_heads heads of "
+        "num_heads features. torch.chunk(x, num_heads, dim=-1) cuts num_heads pieces (or split with "
+        "d_head = d_model // num_heads).",
+    ),
 )
 
 
@@ -98,7 +111,7 @@ def check_split_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = T
 
 
 def merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
-    """Seed 004's merge mistake: ``(..., heads, seq, d_head)`` reshaped straight to
+    """The classic merge mistake: ``(..., heads, seq, d_head)`` reshaped straight to
     ``(..., seq, heads * d_head)`` without transposing back (also used by notebook 06's checker)."""
     *batch, heads, seq, d_head = x.shape
     return x.reshape(*batch, seq, heads * d_head)
@@ -118,8 +131,9 @@ MERGE_HEADS_MISCONCEPTIONS = (
     Misconception(
         "reshape without transposing back",
         merge_reshape_without_transpose,
-        "This is seed 004's bug: (..., heads, seq, d_head) reshaped straight to (..., seq, heads*d_head) "
-        "puts features of different positions on one row. Undo the split in reverse order: "
+        "Your (..., heads, seq, d_head) was reshaped straight to (..., seq, heads*d_head), which puts "
+        "features of different positions on one row (a bug that circulates in published code). "
+        "Undo the split in reverse order: "
         ".transpose(-3, -2) back to (..., seq, heads, d_head), then flatten the last two axes.",
     ),
     Misconception(
@@ -133,6 +147,12 @@ MERGE_HEADS_MISCONCEPTIONS = (
         _merge_head_major,
         "The heads go side by side along the features, not one under the other: the result has one "
         "row per position, (..., seq, heads * d_head).",
+    ),
+    Misconception(
+        "hard-coded transpose(1, 2)",
+        lambda x: x.transpose(1, 2).flatten(-2),
+        "Your transpose(1, 2) swaps heads and seq only for a 4-D (batch, heads, seq, d_head) input; with no "
+        "batch axis it swaps seq and d_head. Count from the end: .transpose(-3, -2).",
     ),
 )
 
@@ -197,6 +217,12 @@ def _mha_one_head(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     return _mha_reference(x, q_weight, k_weight, v_weight, o_weight, 1)
 
 
+def _mha_softmax_over_heads(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-3)
+    return merge_heads(weights @ v) @ o_weight.T
+
+
 def _mha_untransposed_weights(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, transpose_weights=False)
     return merge_heads(scaled_dot_product_attention(q, k, v)) @ o_weight
@@ -226,7 +252,7 @@ MHA_MISCONCEPTIONS = (
         "merge without transposing back",
         _mha_merge_without_transpose,
         "Your split is right, but the head outputs (..., heads, seq, d_head) were reshaped straight to "
-        "(..., seq, d_model) — seed 004's bug. Transpose back to (..., seq, heads, d_head) before flattening.",
+        "(..., seq, d_model), which mixes positions. Transpose back to (..., seq, heads, d_head) before flattening.",
     ),
     Misconception(
         "scaled by sqrt(d_model) instead of sqrt(d_head)",
@@ -243,7 +269,19 @@ MHA_MISCONCEPTIONS = (
         "weights used as x @ W instead of x @ W.T",
         _mha_untransposed_weights,
         "These weights are in nn.Linear's (d_out, d_in) layout: apply them as x @ W.T (or F.linear(x, W)). "
-        "Seed 001 writes E @ W because it stores W as (d_in, d_out).",
+        "The hand-worked example of notebook 01 writes E @ W because it stores W as (d_in, d_out).",
+    ),
+    Misconception(
+        "only W_O applied without its transpose",
+        lambda x, wq, wk, wv, wo, h: _mha_forgot_w_o(x, wq, wk, wv, wo, h) @ wo,
+        "Your W_Q, W_K and W_V are applied as x @ W.T, but W_O as concat @ W_O: it is in the same "
+        "(d_out, d_in) layout, so concat @ o_weight.T.",
+    ),
+    Misconception(
+        "softmax over the heads axis",
+        _mha_softmax_over_heads,
+        "Your weights sum to 1 across the heads (dim=-3 of (..., heads, seq, seq)). Each head's query rows "
+        "are normalised over the keys: softmax(..., dim=-1).",
     ),
 )
 
@@ -320,7 +358,8 @@ def _fused_cases() -> list[Case]:
 
 
 def check_stacked_to_per_head(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(qkv (3 * d_model, ...), num_heads)`` -> the same rows in seed 004's per-head order."""
+    """Check ``learner(qkv (3 * d_model, ...), num_heads)`` -> the same rows in the per-head order
+    (``[q|k|v]`` of each head in turn)."""
     return check_function(
         "stacked_to_per_head",
         learner,

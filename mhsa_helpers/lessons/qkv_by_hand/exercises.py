@@ -84,13 +84,14 @@ def _paper_projection_cases() -> tuple:
 
 def check_paper_projection(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(x, w)`` with ``x (..., seq, d_in)`` and a paper-layout
-    ``w (d_in, d_out)`` must return ``x @ w`` of shape ``(..., seq, d_out)`` (seed 001's ``E · W``)."""
+    ``w (d_in, d_out)`` must return ``x @ w`` of shape ``(..., seq, d_out)`` (the paper's ``E · W``)."""
     cases, square = _paper_projection_cases()
     misconceptions = [
         Misconception(
             "used PyTorch's x·Wᵀ layout on a paper (d_in, d_out) matrix",
             lambda x, w: x @ w.mT,
-            "On paper (and in seed 001) W has shape (d_in, d_out) and the product is E·W. nn.Linear stores "
+            "On paper (and in notebook 01's hand-worked example) W has shape (d_in, d_out) and the product "
+            "is E·W. nn.Linear stores "
             "its weight as (d_out, d_in) and computes x·Wᵀ. With a square toy matrix both run; only the "
             "numbers are wrong.",
         ),
@@ -172,6 +173,12 @@ def check_scores(learner: Callable[..., Any], *, verbose: bool = True) -> CheckR
             lambda q, k: attention_scores(q, k),
             "This step asks for the raw dot products; the division by √d_k comes next.",
         ),
+        Misconception(
+            "reshaped K instead of transposing it",
+            lambda q, k: q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]),
+            "k.reshape(..., d_k, seq_k) has the right shape but reads the numbers in the wrong order: it is not "
+            "Kᵀ. Swap the two axes: k.transpose(-2, -1) (or k.mT).",
+        ),
     ]
     return check_function(
         "raw scores Q·Kᵀ",
@@ -190,7 +197,9 @@ def check_scores(learner: Callable[..., Any], *, verbose: bool = True) -> CheckR
 def _linear_projection_cases() -> tuple:
     g = torch.Generator().manual_seed(301)
     cases = [
-        Case((random_tensor(g, 3, 6), random_tensor(g, 3, 6)), description="seed 001's shapes: C (3, 6), W_O (3, 6)"),
+        Case(
+            (random_tensor(g, 3, 6), random_tensor(g, 3, 6)), description="the hand-worked shapes: C (3, 6), W_O (3, 6)"
+        ),
         Case((random_tensor(g, 2, 4, 5), random_tensor(g, 2, 5)), description="batch: C (2, 4, 5), W_O (2, 5)"),
         Case((random_tensor(g, 5, 4), random_tensor(g, 4, 4)), description="C (5, 4), W_O (4, 4)"),
     ]
@@ -203,14 +212,14 @@ def _linear_projection_cases() -> tuple:
 
 def check_linear_projection(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(c, w)`` with ``c (..., seq, d_in)`` and ``w (d_out, d_in)`` in
-    PyTorch's ``nn.Linear`` layout (how seed 001 prints ``W_O``) must return ``c @ wᵀ``,
+    PyTorch's ``nn.Linear`` layout (how the hand-worked example prints ``W_O``) must return ``c @ wᵀ``,
     shape ``(..., seq, d_out)``."""
     cases, square = _linear_projection_cases()
     misconceptions = [
         Misconception(
             "used a (d_out, d_in) matrix as if it were (d_in, d_out): C·W instead of C·Wᵀ",
             lambda c, w: c @ w,
-            "nn.Linear (and seed 001's printed W_O) stores one row per *output* feature, shape "
+            "nn.Linear (and the printed W_O of the hand-worked example) stores one row per *output* feature, shape "
             "(d_out, d_in); the product is c @ w.T. With a square matrix C·W runs too, with wrong numbers.",
         ),
         Misconception(

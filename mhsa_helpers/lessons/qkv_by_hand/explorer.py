@@ -1,4 +1,4 @@
-"""Notebook 01's explorer: seed 001's "Money Bank Grows" — the scores ``Q Kᵀ / √d_k`` of
+"""Notebook 01's explorer: "Money Bank Grows" — the scores ``Q Kᵀ / √d_k`` of
 one head, multiplied by a slider, and the softmax weights they give."""
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ class _QKVExplorer(Explorer):
         super().__init__(controls, title="Money Bank Grows: Q·Kᵀ/√d_k, then softmax")
 
     def _check(self, values):
-        check_int("head", values["head"], 1, 2, " (seed 001 has two heads)")
+        check_int("head", values["head"], 1, 2, " (the example has two heads)")
         check_number("score_scale", values["score_scale"], 0.1, 1000.0)
 
     def _compute(self, values):
         ex, h, scale = self.example, values["head"] - 1, float(values["score_scale"])
-        q = ex.embeddings @ ex.w_q[h]  # seed 001 writes E @ W with W (d_in, d_head)
+        q = ex.embeddings @ ex.w_q[h]  # the example writes E @ W with W (d_in, d_head)
         k = ex.embeddings @ ex.w_k[h]
         v = ex.embeddings @ ex.w_v[h]
         d_k = q.shape[-1]
@@ -105,13 +105,13 @@ class _QKVExplorer(Explorer):
 
 
 def qkv_explorer(*, head: int = 1, score_scale: float = 1.0) -> Explorer:
-    """Seed 001's "Money Bank Grows" in one head (``head`` 1 or 2): scores ``Q Kᵀ / √d_k``
+    """ "Money Bank Grows" in one head (``head`` 1 or 2): scores ``Q Kᵀ / √d_k``
     multiplied by ``score_scale`` (0.1 to 1000), and the softmax weights.
 
     The seed's tiny weights give almost uniform attention; raising ``score_scale`` shows
     it sharpen. data: ``tokens``, ``q``, ``k``, ``v`` (3, 3), ``scores`` (3, 3) (after scaling),
     ``weights`` (3, 3), ``output`` (3, 3).
     """
-    head = check_int("head", head, 1, 2, " (seed 001 has two heads)")
+    head = check_int("head", head, 1, 2, " (the example has two heads)")
     check_number("score_scale", score_scale, 0.1, 1000.0)
     return _QKVExplorer(head, float(score_scale))

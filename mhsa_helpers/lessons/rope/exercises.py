@@ -46,7 +46,17 @@ def _freq_from_one(d_head: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(2, d_head + 1, 2, dtype=torch.float64) / d_head)
 
 
+def _freq_integer_division(d_head: int, base: float) -> torch.Tensor:
+    return base ** -(2 * torch.arange(d_head // 2, dtype=torch.float64) // d_head)
+
+
 FREQUENCY_MISCONCEPTIONS = (
+    Misconception(
+        "integer division // in the exponent",
+        _freq_integer_division,
+        "Your exponent is 2i // d_head, which is 0 for every pair: all frequencies come out 1. The exponent "
+        "is the fraction 2i / d_head (true division).",
+    ),
     Misconception(
         "exponent -i/d instead of -2i/d",
         _freq_i_over_d,
@@ -120,6 +130,17 @@ def _apply_i_over_d(x, positions, base):
     return apply_rotary(x, angles.cos().float(), angles.sin().float())
 
 
+def _apply_shifted(x, positions, base):
+    return _rope(x.shape[-1], positions + 1, base)(x, positions + 1)
+
+
+def _apply_written_as_halves(x, positions, base):
+    # The interleaved pairs rotated correctly, then written back as [all first parts | all second parts].
+    cos, sin = _rope(x.shape[-1], positions, base).angles_for(positions)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.cat((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+
+
 _CONVENTION_HINT = (
     "This exercise uses the interleaved pairs (x[0], x[1]), (x[2], x[3]), ... (the RoFormer paper, "
     "Meta's original LLaMA code). You rotated the half-split pairs (x[i], x[i + d/2]) of Hugging Face's "
@@ -128,6 +149,19 @@ _CONVENTION_HINT = (
 
 APPLY_MISCONCEPTIONS = (
     Misconception("wrong pairing convention (half-split)", _apply_half_split, _CONVENTION_HINT),
+    Misconception(
+        "positions shifted by one",
+        _apply_shifted,
+        "Your rotation uses positions + 1: the token at position m must turn by m · θ_i (position 0 not at all).",
+    ),
+    Misconception(
+        "rotated pairs written back as two halves (cat instead of interleaving)",
+        _apply_written_as_halves,
+        "You rotated each pair (x[2i], x[2i+1]) correctly but wrote the results back as [all first parts | "
+        "all second parts] with torch.cat: that is the half-split layout. Put each rotated pair back in place: "
+        "torch.stack((first, second), dim=-1).flatten(-2). Mixing the two layouts is a bug real checkpoint "
+        "converters have shipped: the model loads and talks nonsense.",
+    ),
     Misconception(
         "positions ignored: counted from 0",
         _apply_from_zero,
@@ -195,6 +229,12 @@ def _attention_reference(q, k, v, positions, base):
 
 
 ROPE_ATTENTION_MISCONCEPTIONS = (
+    Misconception(
+        "positions ignored (0 .. seq-1 used)",
+        lambda q, k, v, p, b: _attention(q, k, v, torch.arange(q.shape[-2]), b),
+        "Your rotation uses positions 0, 1, 2, ... instead of the positions you were given. Rotate q and k "
+        "by `positions` (they need not start at 0 or be consecutive, e.g. after a cache).",
+    ),
     Misconception(
         "RoPE applied to V",
         lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("q", "k", "v")),

@@ -31,10 +31,15 @@ def _softmax_cases() -> tuple:
     # only a per-row max keeps both finite.
     extreme[0, 0] += 1000.0
     extreme[1, 1] -= 1000.0
+    # Rows whose entries lie far apart, like [1000, 0]: subtracting anything but the row's max
+    # (its min, its mean) still leaves an exponent near 1000, and exp overflows.
+    wide = random_tensor(g, 3, 4)
+    wide[0, 0], wide[1, 0], wide[2, 1] = 1000.0, -1000.0, 800.0
     cases = [
         Case((random_tensor(g, 3, 4, scale=2.0),), description="x (3, 4)"),
         Case((random_tensor(g, 2, 3, 5, scale=2.0),), description="batch: x (2, 3, 5)"),
         Case((extreme,), description="x (2, 2, 4) with rows near +1000 and -1000"),
+        Case((wide,), description="x (3, 4) with rows like [1000, 0, 0, 0] and [-1000, 0, 0, 0]"),
     ]
     square = [
         Case(random_tensors((3, 3), seed=402), description="square x (3, 3)"),
@@ -64,15 +69,50 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         e = torch.exp(x - x.amax(dim=-1, keepdim=True))
         return e / e.sum(dim=-1)
 
-    wrong_dim_hint = (
-        "Attention normalises each query's row over the keys, i.e. the last axis: softmax(x, dim=-1). "
-        "Summing over another axis makes columns (or whole batches) sum to 1 instead."
-    )
+    def shifted(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - shift)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def hint(where: str) -> str:
+        return f"Your values sum to 1 {where}. Attention normalises each row over the last axis: softmax(x, dim=-1)."
+
     misconceptions = [
-        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=-2), wrong_dim_hint),
-        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=0), wrong_dim_hint),
+        Misconception(
+            "softmax over the wrong dimension", lambda x: softmax(x, dim=-2), hint("down each column (dim=-2)")
+        ),
+        Misconception(
+            "softmax over the wrong dimension", lambda x: softmax(x, dim=0), hint("over the first axis (dim=0)")
+        ),
         # dim=1 is right for one (seq, n) matrix only; with a batch axis in front it is wrong.
-        Misconception("softmax over the wrong dimension", lambda x: softmax(x, dim=1), wrong_dim_hint),
+        Misconception(
+            "softmax over the wrong dimension",
+            lambda x: softmax(x, dim=1),
+            hint("over dim=1, which is the last axis only when there is no batch axis in front"),
+        ),
+        Misconception(
+            "subtracted the row's minimum instead of its maximum",
+            lambda x: shifted(x, x.amin(dim=-1, keepdim=True)),
+            "Any shift leaves the softmax unchanged, but only the maximum keeps every exponent <= 0: on a row "
+            "like [1000, 0], x - min is [1000, 0] again and exp(1000) overflows to inf (inf/inf = NaN).",
+        ),
+        Misconception(
+            "subtracted the row's mean instead of its maximum",
+            lambda x: shifted(x, x.mean(dim=-1, keepdim=True)),
+            "Any shift leaves the softmax unchanged, but only the maximum keeps every exponent <= 0: on a row "
+            "like [1000, 0, 0, 0] the mean is 250, x - mean still holds 750, and exp(750) overflows to inf.",
+        ),
+        Misconception(
+            "normalised by the sum without exp",
+            lambda x: x / x.sum(dim=-1, keepdim=True),
+            "Dividing the scores by their sum is not a softmax: negative scores give negative weights. "
+            "Exponentiate first (after subtracting the row's max), then divide by the sum of the exps.",
+        ),
+        Misconception(
+            "took the max without keepdim=True",
+            lambda x: shifted(x, x.amax(dim=-1)),
+            "x.max(dim=-1).values has shape (..., n) without the last axis, so x - max lines each row's max up "
+            "with the *columns*. Keep the axis: x.amax(dim=-1, keepdim=True) of shape (..., n, 1).",
+        ),
         Misconception(
             "did not subtract the max: exp overflows to inf and gives NaN",
             _naive_softmax,
@@ -158,15 +198,34 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
         return _attend(q @ k_t / math.sqrt(q.shape[-1]), v)
 
     wrong_dim_hint = (
-        "Each query (row) distributes its attention over the keys (columns): softmax(..., dim=-1). "
-        "Over dim=-2 each *key's* column sums to 1 instead."
+        "Your weights do not sum to 1 over the keys. Each query (row) distributes its attention over the "
+        "keys (the last axis): softmax(..., dim=-1)."
     )
     misconceptions = [
         Misconception(
             "scaled by d_k instead of √d_k",
             lambda q, k, v: _attend(scores(q, k) / q.shape[-1], v),
-            "The variance of q·k grows like d_k, so its spread grows like √d_k; dividing by √d_k brings it "
-            "back to about 1. Dividing by d_k shrinks the scores too much and flattens the weights.",
+            "Your scores are divided by d_k (as dividing by √d_k twice would do). The variance of q·k grows "
+            "like d_k, so its spread grows like √d_k; dividing once by √d_k brings it back to about 1, "
+            "dividing by d_k shrinks the scores too much and flattens the weights.",
+        ),
+        Misconception(
+            "scaled by √seq_k (the number of keys) instead of √d_k",
+            lambda q, k, v: _attend(scores(q, k) / math.sqrt(k.shape[-2]), v),
+            "Your scale uses the number of keys, k.shape[-2]. The spread of a dot product grows with the length "
+            "of the vectors, d_k = q.shape[-1]: divide by √d_k.",
+        ),
+        Misconception(
+            "scaled after the softmax",
+            lambda q, k, v: (torch.softmax(scores(q, k), dim=-1) / math.sqrt(q.shape[-1])) @ v,
+            "Your weights were divided by √d_k after the softmax, so they sum to 1/√d_k. The scale belongs "
+            "inside: softmax(q kᵀ / √d_k).",
+        ),
+        Misconception(
+            "returned the weights instead of weights @ V",
+            lambda q, k, v: torch.softmax(scores(q, k) / math.sqrt(q.shape[-1]), dim=-1),
+            "Your function returns the (seq_q, seq_k) attention weights. The output mixes the values with "
+            "them: weights @ v, of shape (..., seq_q, d_v).",
         ),
         Misconception(
             "no scaling",
@@ -207,6 +266,12 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
             "Score (i, j) is query i · key j, so K must be transposed: q @ k.transpose(-2, -1).",
         ),
         *wrong_axes_misconceptions(with_wrong_axes),
+        Misconception(
+            "reshaped K instead of transposing it",
+            lambda q, k, v: _attend(q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]) / math.sqrt(q.shape[-1]), v),
+            "k.reshape(..., d_k, seq_k) has the right shape but reads the numbers in the wrong order: it is not "
+            "Kᵀ. Swap the two axes: k.transpose(-2, -1) (or k.mT).",
+        ),
         Misconception(
             "applied the softmax after multiplying by V",
             lambda q, k, v: torch.softmax((scores(q, k) / math.sqrt(q.shape[-1])) @ v, dim=-1),

@@ -1,0 +1,401 @@
+"""A catalogue of wrong solutions that real learners write, fed to every exercise checker.
+
+No checker may accept any of them: a wrong answer reported "correct" is the worst thing a checker can
+do. Where the catalogue gives a name, the checker must name that misconception; the others must be
+rejected, with a message that helps. Each entry is a small plain function, written the way a learner
+would write it. ``test_the_catalogue_is_counted`` prints the counts for the issue note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_cache_bytes, check_online_attention
+from mhsa_helpers.lessons.causal_masking import check_causal_mask, check_masked_attention, check_masked_softmax
+from mhsa_helpers.lessons.causal_mhsa import check_causal_mhsa_rope, check_decoding_mask
+from mhsa_helpers.lessons.multi_head import check_merge_heads, check_multi_head_attention, check_split_heads
+from mhsa_helpers.lessons.qkv_by_hand import check_scores
+from mhsa_helpers.lessons.rope import check_apply_rope, check_rope_attention, check_rope_frequencies
+from mhsa_helpers.lessons.scaled_attention import check_attention, check_softmax
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Wrong:
+    checker: Callable
+    name: str  # what the learner did
+    function: Callable
+    named: str | None = None  # the misconception the checker must name (None: any rejection)
+
+
+def sdpa_weights(q, k, scale=None):
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+
+
+def rotate(x, positions, base, *, pairs="interleaved", integer_exponent=False):
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)
+    exponent = (2 * i // d) if integer_exponent else (2 * i / d)
+    theta = base**-exponent
+    angles = positions.to(torch.float64)[:, None] * theta
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if pairs == "interleaved":
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+    even, odd = x[..., 0::2], x[..., 1::2]  # rotated right, but written back as two halves
+    return torch.cat((even * cos - odd * sin, even * sin + odd * cos), -1)
+
+
+def merge(x):
+    return x.transpose(-3, -2).flatten(-2)
+
+
+def split(x, h):
+    return x.reshape(*x.shape[:-1], h, x.shape[-1] // h).transpose(-3, -2)
+
+
+def mha(x, wq, wk, wv, wo, h, *, scale=None, softmax_dim=-1, transpose_o=True, project_out=True):
+    q, k, v = (split(x @ w.T, h) for w in (wq, wk, wv))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=softmax_dim)
+    out = merge(weights @ v)
+    if not project_out:
+        return out
+    return out @ (wo.T if transpose_o else wo)
+
+
+CATALOGUE = [
+    # ----------------------------------------------------------- 02 softmax
+    Wrong(
+        check_softmax,
+        "subtracts the row minimum",
+        lambda x: (
+            torch.exp(x - x.amin(-1, keepdim=True)) / torch.exp(x - x.amin(-1, keepdim=True)).sum(-1, keepdim=True)
+        ),
+        named="subtracted the row's minimum instead of its maximum",
+    ),
+    Wrong(
+        check_softmax,
+        "subtracts the row mean",
+        lambda x: (
+            torch.exp(x - x.mean(-1, keepdim=True)) / torch.exp(x - x.mean(-1, keepdim=True)).sum(-1, keepdim=True)
+        ),
+        named="subtracted the row's mean instead of its maximum",
+    ),
+    Wrong(
+        check_softmax,
+        "no max subtraction",
+        lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),
+        "did not subtract the max: exp overflows to inf and gives NaN",
+    ),
+    Wrong(
+        check_softmax,
+        "normalises by the sum, no exp",
+        lambda x: x / x.sum(-1, keepdim=True),
+        named="normalised by the sum without exp",
+    ),
+    Wrong(
+        check_softmax,
+        "max without keepdim",
+        lambda x: torch.exp(x - x.max(-1).values) / torch.exp(x - x.max(-1).values).sum(-1, keepdim=True),
+        named="took the max without keepdim=True",
+    ),
+    Wrong(check_softmax, "softmax over dim 0", lambda x: torch.softmax(x, dim=0)),
+    Wrong(check_softmax, "softmax over dim -2", lambda x: torch.softmax(x, dim=-2)),
+    Wrong(
+        check_softmax,
+        "global max over the whole tensor",
+        lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True),
+    ),
+    # ----------------------------------------------------------- 01 scores
+    Wrong(
+        check_scores,
+        "reshapes K instead of transposing",
+        lambda q, k: q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]),
+        named="reshaped K instead of transposing it",
+    ),
+    Wrong(check_scores, "k.t() on a batch", lambda q, k: q @ k.t()),
+    Wrong(check_scores, "scales the raw scores", lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])),
+    # ----------------------------------------------------------- 02 attention
+    Wrong(check_attention, "no scaling (missing 1/sqrt(d_k))", lambda q, k, v: sdpa_weights(q, k, 1.0) @ v),
+    Wrong(check_attention, "divides by d_k", lambda q, k, v: sdpa_weights(q, k, 1 / q.shape[-1]) @ v),
+    Wrong(
+        check_attention,
+        "divides by sqrt(seq_k)",
+        lambda q, k, v: sdpa_weights(q, k, 1 / math.sqrt(k.shape[-2])) @ v,
+        named="scaled by √seq_k (the number of keys) instead of √d_k",
+    ),
+    Wrong(
+        check_attention,
+        "scales after the softmax",
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) / math.sqrt(q.shape[-1]) @ v,
+        named="scaled after the softmax",
+    ),
+    Wrong(
+        check_attention,
+        "softmax over the queries",
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-2) @ v,
+    ),
+    Wrong(check_attention, "k.T on a batch", lambda q, k, v: torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v),
+    Wrong(
+        check_attention,
+        "reshapes K",
+        lambda q, k, v: (
+            torch.softmax(q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]) / math.sqrt(q.shape[-1]), -1) @ v
+        ),
+    ),
+    Wrong(check_attention, "returns the weights", lambda q, k, v: sdpa_weights(q, k)),
+    # ----------------------------------------------------------- 03 masks
+    Wrong(
+        check_causal_mask,
+        "tril(diagonal=1)",
+        lambda n: torch.ones(n, n, dtype=torch.bool).tril(1),
+        named="off by one: each token also sees the next one (tril(diagonal=1))",
+    ),
+    Wrong(check_causal_mask, "blocks the diagonal", lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1)),
+    Wrong(check_causal_mask, "True = blocked", lambda n: torch.ones(n, n, dtype=torch.bool).triu(1)),
+    Wrong(
+        check_causal_mask,
+        "additive 0/-inf float mask",
+        lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -INF),
+        named="returned an additive 0/-inf float mask instead of a boolean one",
+    ),
+    Wrong(check_causal_mask, "0/1 float mask", lambda n: torch.ones(n, n).tril()),
+    Wrong(
+        check_masked_softmax,
+        "no max subtraction",
+        lambda s, m: (torch.exp(s) * m) / (torch.exp(s) * m).sum(-1, keepdim=True).clamp(min=1e-300),
+    ),
+    Wrong(
+        check_masked_softmax,
+        "adds the boolean mask to the scores",
+        lambda s, m: torch.softmax(s + m, -1),
+        named="added the boolean mask to the scores",
+    ),
+    Wrong(
+        check_masked_softmax,
+        "(1 - mask) * -inf",
+        lambda s, m: torch.nan_to_num(torch.softmax(s + (1 - m.to(s.dtype)) * -INF, -1)),
+    ),
+    Wrong(check_masked_softmax, "zeroes after the softmax", lambda s, m: torch.softmax(s, -1) * m),
+    Wrong(
+        check_masked_softmax, "inverted mask", lambda s, m: torch.nan_to_num(torch.softmax(s.masked_fill(m, -INF), -1))
+    ),
+    Wrong(
+        check_masked_softmax,
+        "adds -10000",
+        lambda s, m: torch.softmax(s - 1e4 * (~m), -1) * m.any(-1, keepdim=True),
+        named="blocked scores pushed down by adding -10000 instead of -inf",
+    ),
+    Wrong(check_masked_softmax, "fills with 0", lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1)),
+    Wrong(
+        check_masked_attention,
+        "softmax over dim 0",
+        lambda q, k, v, m: (
+            torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, -INF), dim=0) @ v
+        ),
+    ),
+    Wrong(
+        check_masked_attention,
+        "mask polarity inverted (SDPA with a blocked-mask)",
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=~m),
+    ),
+    Wrong(
+        check_masked_attention,
+        "mask added after the softmax",
+        lambda q, k, v, m: (
+            (
+                torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+                + torch.zeros(m.shape).masked_fill(~m, -1e9)
+            )
+            @ v
+        ),
+    ),
+    Wrong(
+        check_masked_attention,
+        "no scaling",
+        lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, -INF), -1) @ v,
+    ),
+    # ----------------------------------------------------------- 04 heads
+    Wrong(
+        check_split_heads,
+        "hard-coded transpose(1, 2)",
+        lambda x, h: x.reshape(*x.shape[:-1], h, x.shape[-1] // h).transpose(1, 2),
+        named="hard-coded transpose(1, 2)",
+    ),
+    Wrong(
+        check_split_heads,
+        "view without transpose",
+        lambda x, h: x.reshape(*x.shape[:-2], h, x.shape[-2], x.shape[-1] // h),
+    ),
+    Wrong(
+        check_split_heads,
+        "torch.split instead of chunk",
+        lambda x, h: torch.stack(torch.split(x, h, dim=-1), dim=-3),
+        named="torch.split(x, num_heads): pieces of num_heads features",
+    ),
+    Wrong(
+        check_merge_heads,
+        "reshape without transposing back",
+        lambda x: x.reshape(*x.shape[:-3], x.shape[-2], x.shape[-3] * x.shape[-1]),
+    ),
+    Wrong(
+        check_merge_heads,
+        "hard-coded transpose(1, 2)",
+        lambda x: x.transpose(1, 2).flatten(-2),
+        named="hard-coded transpose(1, 2)",
+    ),
+    Wrong(
+        check_multi_head_attention,
+        "W_O not transposed",
+        lambda x, wq, wk, wv, wo, h: mha(x, wq, wk, wv, wo, h, transpose_o=False),
+        named="only W_O applied without its transpose",
+    ),
+    Wrong(
+        check_multi_head_attention,
+        "softmax over the heads axis",
+        lambda x, wq, wk, wv, wo, h: mha(x, wq, wk, wv, wo, h, softmax_dim=-3),
+        named="softmax over the heads axis",
+    ),
+    Wrong(
+        check_multi_head_attention,
+        "missing output projection",
+        lambda x, wq, wk, wv, wo, h: mha(x, wq, wk, wv, wo, h, project_out=False),
+    ),
+    Wrong(
+        check_multi_head_attention,
+        "scaled by sqrt(d_model)",
+        lambda x, wq, wk, wv, wo, h: mha(x, wq, wk, wv, wo, h, scale=1 / math.sqrt(x.shape[-1])),
+    ),
+    # ----------------------------------------------------------- 05 RoPE
+    Wrong(
+        check_rope_frequencies,
+        "integer // in the exponent",
+        lambda d, base: base ** -(2 * torch.arange(d // 2, dtype=torch.float64) // d),
+    ),
+    Wrong(
+        check_rope_frequencies,
+        "exponent i/d instead of 2i/d",
+        lambda d, base: base ** -(torch.arange(d // 2, dtype=torch.float64) / d),
+    ),
+    Wrong(
+        check_apply_rope,
+        "positions shifted by one",
+        lambda x, p, base: rotate(x, p + 1, base),
+        named="positions shifted by one",
+    ),
+    Wrong(
+        check_apply_rope,
+        "cat instead of interleaving the pairs",
+        lambda x, p, base: rotate(x, p, base, pairs="cat"),
+        named="rotated pairs written back as two halves (cat instead of interleaving)",
+    ),
+    Wrong(check_apply_rope, "integer // in the exponent", lambda x, p, base: rotate(x, p, base, integer_exponent=True)),
+    Wrong(
+        check_rope_attention,
+        "positions ignored",
+        lambda q, k, v, p, base: (
+            sdpa_weights(rotate(q, torch.arange(q.shape[-2]), base), rotate(k, torch.arange(k.shape[-2]), base)) @ v
+        ),
+        named="positions ignored (0 .. seq-1 used)",
+    ),
+    Wrong(
+        check_rope_attention,
+        "RoPE on the values too",
+        lambda q, k, v, p, base: sdpa_weights(rotate(q, p, base), rotate(k, p, base)) @ rotate(v, p, base),
+    ),
+    Wrong(check_rope_attention, "no RoPE at all", lambda q, k, v, p, base: sdpa_weights(q, k) @ v),
+    # ----------------------------------------------------------- 06 causal MHSA and decoding
+    Wrong(
+        check_decoding_mask,
+        "top-left aligned",
+        lambda new, total: torch.ones(new, total, dtype=torch.bool).tril(),
+        named="mask aligned to the first key",
+    ),
+    Wrong(
+        check_decoding_mask,
+        "off by one",
+        lambda new, total: torch.ones(new, total, dtype=torch.bool).tril(total - new + 1),
+    ),
+    Wrong(
+        check_causal_mhsa_rope,
+        "scaled by sqrt(d_model)",
+        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, scale=1 / math.sqrt(x.shape[-1])),
+    ),
+    Wrong(
+        check_causal_mhsa_rope,
+        "masked scores filled with 0",
+        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, fill=0.0),
+        named="masked scores filled with 0 instead of -inf",
+    ),
+    Wrong(
+        check_causal_mhsa_rope,
+        "missing output projection",
+        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, project_out=False),
+    ),
+    # ----------------------------------------------------------- 08
+    Wrong(
+        check_expand_kv,
+        "repeat instead of repeat_interleave",
+        lambda x, g: x.repeat(1, g, 1, 1),
+        "heads tiled with repeat instead of repeat_interleave",
+    ),
+    Wrong(
+        check_online_attention,
+        "softmax per tile, averaged",
+        lambda s, v, t: (
+            sum(torch.softmax(s[:, a : a + t], -1) @ v[a : a + t] for a in range(0, s.shape[1], t))
+            / math.ceil(s.shape[1] / t)
+        ),
+        named="a softmax per tile, then averaged",
+    ),
+    Wrong(
+        check_kv_cache_bytes,
+        "query heads",
+        lambda n, h, kv, d, t, b, e: 2 * n * h * d * t * b * e,
+        "counted the query heads instead of the key/value heads",
+    ),
+]
+
+
+def _causal_mhsa(x, wq, wk, wv, wo, h, base, *, scale=None, fill=-INF, project_out=True):
+    q, k, v = (split(x @ w.T, h) for w in (wq, wk, wv))
+    positions = torch.arange(x.shape[-2])
+    q, k = rotate(q, positions, base), rotate(k, positions, base)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    n = x.shape[-2]
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), fill)
+    out = merge(torch.softmax(scores, -1) @ v)
+    return out @ wo.T if project_out else out
+
+
+@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")
+def test_no_checker_accepts_a_wrong_answer(wrong):
+    result = wrong.checker(wrong.function, verbose=False)
+    assert result.status != "correct", f"accepted although wrong: {wrong.name}"
+    assert result.status != "not_attempted"
+    if wrong.named is not None:
+        assert result.misconception == wrong.named, result.message
+
+
+def test_the_catalogue_is_counted(capsys):
+    counts = {"named": 0, "rejected generically": 0, "accepted": 0}
+    for wrong in CATALOGUE:
+        result = wrong.checker(wrong.function, verbose=False)
+        if result.status == "correct":
+            counts["accepted"] += 1
+        elif result.status == "misconception":
+            counts["named"] += 1
+        else:
+            counts["rejected generically"] += 1
+    with capsys.disabled():
+        print(f"\ncatalogue of {len(CATALOGUE)} wrong answers: {counts}")
+    assert counts["accepted"] == 0
