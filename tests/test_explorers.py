@@ -550,7 +550,7 @@ def test_mhsa_weights_equal_the_module_for_each_setting():
 
 
 def test_mhsa_rope_offers_only_even_head_sizes():
-    explorer = mhsa_explorer(d_model=16, num_heads=16)
+    explorer = mhsa_explorer(d_model=16, num_heads=16, rope=False)
     assert list(explorer.controls["num_heads"].options) == [1, 2, 4, 8, 16]
     explorer.controls["rope"].value = True
     options = list(explorer.controls["num_heads"].options)
@@ -562,8 +562,14 @@ def test_mhsa_rope_offers_only_even_head_sizes():
     assert explorer.controls["base"].disabled
 
 
+def test_mhsa_opens_on_the_notebooks_block_causal_with_rope():
+    data = mhsa_explorer().data
+    assert data["rope"] and data["causal"]
+    assert np.all(np.triu(data["weights"], k=1) == 0)
+
+
 def test_mhsa_rope_changes_weights_and_base_matters():
-    explorer = mhsa_explorer()
+    explorer = mhsa_explorer(rope=False)
     plain = explorer.data["weights"]
     explorer.controls["rope"].value = True
     with_rope = explorer.data["weights"]
@@ -580,11 +586,11 @@ def test_mhsa_refuses_impossible_settings():
         mhsa_explorer(d_model=18, num_heads=2, rope=True)
     with pytest.raises(ValueError, match="seq_len"):
         mhsa_explorer(seq_len=0)
-    explorer = mhsa_explorer(num_heads=16)
+    explorer = mhsa_explorer(num_heads=16, rope=False)
     with pytest.raises(ValueError, match="d_head"):
         explorer.update(rope=True)
     # An odd d_model admits no even head size: RoPE cannot be switched on.
-    assert mhsa_explorer(d_model=9, num_heads=3).controls["rope"].disabled
+    assert mhsa_explorer(d_model=9, num_heads=3, rope=False).controls["rope"].disabled
 
 
 def test_update_turns_rope_off_before_choosing_a_head_count_only_valid_without_it():

@@ -29,6 +29,7 @@ one figure they show, and ``explorer.close()`` frees an explorer's figures and w
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 import math
@@ -49,6 +50,7 @@ __all__ = [
     "DPI",
     "LAYOUT_CACHE",
     "SLIDER",
+    "STATIC_NOTE",
     "Explorer",
     "check_bool",
     "check_number",
@@ -63,6 +65,8 @@ __all__ = [
 
 #: Resolution of the explorers' figures (pixels per inch): small PNGs redraw fast.
 DPI = 80
+#: The line under an explorer's picture where no kernel runs it.
+STATIC_NOTE = "A picture of the explorer: its controls need a running kernel (run the notebook, or open it in Colab)."
 #: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length);
 #: each holds a few MB of canvas, background and artists.
 LAYOUT_CACHE = 4
@@ -192,6 +196,7 @@ class Explorer(widgets.VBox):
             widget.add_class(f"mhsa-control-{name.replace('_', '-')}")
             widget.observe(self._on_change, names="value")
         rows = [widgets.HBox(list(self.controls.values())[i : i + 3]) for i in range(0, len(self.controls), 3)]
+        self._title = title
         header = widgets.HTML(value=f"<b>{html.escape(title)}</b>")
         super().__init__(children=[header, *rows, self._caption, self._image])
         self.add_class("mhsa-explorer")
@@ -280,6 +285,37 @@ class Explorer(widgets.VBox):
     def png(self) -> bytes:
         """The PNG bytes currently shown."""
         return bytes(self._image.value)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The live widget for a running kernel, plus its current picture for every renderer without
+        one (GitHub, nbviewer, an HTML export, JupyterLab before the first run). A kernel-backed front
+        end shows only the widget; the others fall back to the picture, whose last line says why its
+        sliders do not move."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None or self._closed or self._current is None:
+            return bundle
+        bundle["text/plain"] = f"{self._title} — {STATIC_NOTE}"
+        bundle["image/png"] = base64.b64encode(self.static_png()).decode("ascii")
+        return bundle, {"image/png": {"width": int(self.figsize[0] * DPI)}}
+
+    def static_png(self) -> bytes:
+        """The current figure with the caption and a note that the controls need a running kernel
+        below it: the picture shown where the widget cannot be (PNG bytes)."""
+        if self._current is None:
+            raise RuntimeError("this explorer was closed: it holds no figure any more")
+        picture = np.asarray(self._current.figure.canvas.buffer_rgba())[..., :3]
+        caption = self.data.get("caption", "")
+        band = Figure(figsize=(picture.shape[1] / DPI, 0.5), dpi=DPI)
+        FigureCanvasAgg(band)
+        band.text(0.01, 0.7, caption, fontsize=7, va="center", wrap=True)
+        band.text(0.01, 0.25, STATIC_NOTE, fontsize=7, style="italic", color="#555555", va="center")
+        band.canvas.draw()
+        text = np.asarray(band.canvas.buffer_rgba())[..., :3]
+        buffer = io.BytesIO()
+        PILImage.fromarray(np.ascontiguousarray(np.vstack([picture, text[:, : picture.shape[1]]]))).save(
+            buffer, format="png"
+        )
+        return buffer.getvalue()
 
     def close(self) -> None:
         """Remove the explorer from the page and free its figures and widgets.

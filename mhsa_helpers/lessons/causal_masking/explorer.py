@@ -102,6 +102,8 @@ class _MaskingExplorer(Explorer):
             vmax=1.0,
             annotate=False,
             fontsize=7,
+            row_name="query",
+            col_name="key",
         )
         left.legend(
             handles=[Patch(color=MASK_COLORS[1], label="may attend"), Patch(color=MASK_COLORS[0], label="blocked")],
@@ -123,6 +125,9 @@ class _MaskingExplorer(Explorer):
             annotate=True,
             fmt="{:.2f}",
             fontsize=7,
+            row_name="query",
+            col_name="key",
+            colorbar="attention weight",
         )
         return mask, weights
 

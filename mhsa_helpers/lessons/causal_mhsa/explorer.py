@@ -19,7 +19,7 @@ from ...teaching.explorer import (
     set_options,
     to_numpy,
 )
-from ...teaching.figures import HeadGrid, Heatmap
+from ...teaching.figures import SCORES_CMAP, HeadGrid, Heatmap
 from ..multi_head.explorer import (
     HEADS_SENTENCE,
     check_d_model,
@@ -103,21 +103,26 @@ class _MHSAExplorer(Explorer):
             title="attention weights per head",
             rect=(0.0, 0.0, 0.7, 1.0),
             annotate="none",
+            colorbar="attention weight",
         )
-        ax = fig.add_axes((0.8, 0.22, 0.17, 0.62))
+        ax = fig.add_axes((0.8, 0.22, 0.12, 0.62))
         output = Heatmap(
             ax,
             data["output"],
             row_labels=data["tokens"],
             col_labels=None,
-            cmap="coolwarm",
+            cmap=SCORES_CMAP,
             vmin=None,
             vmax=None,
             annotate=False,
-            fontsize=6,
+            fontsize=7,
             show_cols=False,
+            colorbar="value (white = 0)",
         )
+        # A (seq, d_model) block is wide: let it fill its slot, with the colour bar beside it.
         ax.set_aspect("auto")
+        ax.set_position((0.8, 0.22, 0.12, 0.62))
+        output.colorbar.ax.set_position((0.935, 0.22, 0.012, 0.62))
         ax.set_title("output (seq, d_model)", fontsize=8)
         return grid, output
 
@@ -147,9 +152,9 @@ def mhsa_explorer(
     *,
     num_heads: int = 4,
     seq_len: int = 6,
-    rope: bool = False,
+    rope: bool = True,
     base: float = 10000.0,
-    causal: bool = False,
+    causal: bool = True,
 ) -> Explorer:
     """The whole block: :class:`MultiHeadSelfAttention` ``(d_model, num_heads, causal=, rope=, rope_base=)``
     (built right after ``torch.manual_seed(MODEL_SEED)``, eval mode) on the first ``seq_len`` words of

@@ -152,6 +152,7 @@ class _HeadsExplorer(Explorer):
             ncols=heads_columns(data["num_heads"]),
             title="attention weights of each head (rows: queries, columns: keys)",
             annotate="highlight",
+            colorbar="attention weight",
         )
 
     def _update(self, grid, data):

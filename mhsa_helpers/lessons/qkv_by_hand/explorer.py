@@ -58,8 +58,8 @@ class _QKVExplorer(Explorer):
 
     def _build(self, fig, data):
         tokens = data["tokens"]
-        left = fig.add_axes((0.13, 0.12, 0.33, 0.7))
-        right = fig.add_axes((0.63, 0.12, 0.33, 0.7))
+        left = fig.add_axes((0.12, 0.16, 0.3, 0.66))
+        right = fig.add_axes((0.6, 0.16, 0.3, 0.66))
         scores = Heatmap(
             left,
             data["scores"],
@@ -71,6 +71,9 @@ class _QKVExplorer(Explorer):
             annotate=True,
             fmt="{:.3f}",
             rotate_cols=False,
+            row_name="query",
+            col_name="key",
+            colorbar="score",
         )
         weights = Heatmap(
             right,
@@ -83,6 +86,9 @@ class _QKVExplorer(Explorer):
             annotate=True,
             fmt="{:.3f}",
             rotate_cols=False,
+            row_name="query",
+            col_name="key",
+            colorbar="attention weight",
         )
         right.set_title("weights = softmax (rows sum to 1)", fontsize=9)
         return scores, weights

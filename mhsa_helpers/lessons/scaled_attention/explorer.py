@@ -6,19 +6,22 @@ from __future__ import annotations
 import math
 
 import ipywidgets as widgets
-import numpy as np
 
 from ...attention import attention_scores
 from ...checks import check_choice, check_int
 from ...examples import sentence_embeddings
 from ...softmax import softmax
 from ...teaching.explorer import SLIDER, Explorer, check_bool, to_numpy
-from ...teaching.figures import Heatmap
+from ...teaching.figures import SCORES_CMAP, Heatmap
 
-__all__ = ["SCALING_SENTENCES", "scaling_explorer"]
+__all__ = ["SCALING_SENTENCES", "SCORE_LIMIT", "scaling_explorer"]
 
 #: Sentences of the scaling explorer.
 SCALING_SENTENCES = ("She loves cats", "Your journey starts with one step")
+
+#: The scores panel's colour range, fixed for every d_k so that a score of 50 looks saturated
+#: next to a score of 2 (a range that follows the data would make them look alike).
+SCORE_LIMIT = 8.0
 
 
 class _ScalingExplorer(Explorer):
@@ -68,18 +71,21 @@ class _ScalingExplorer(Explorer):
 
     def _build(self, fig, data):
         tokens = data["tokens"]
-        left = fig.add_axes((0.14, 0.2, 0.33, 0.62))
-        right = fig.add_axes((0.64, 0.2, 0.33, 0.62))
+        left = fig.add_axes((0.12, 0.22, 0.3, 0.6))
+        right = fig.add_axes((0.6, 0.22, 0.3, 0.6))
         scores = Heatmap(
             left,
             data["scores"],
             row_labels=tokens,
             col_labels=tokens,
-            cmap="coolwarm",
-            vmin=None,
-            vmax=None,
+            cmap=SCORES_CMAP,
+            vmin=-SCORE_LIMIT,
+            vmax=SCORE_LIMIT,
             annotate=False,
             fontsize=7,
+            row_name="query",
+            col_name="key",
+            colorbar=f"score (white = 0, colours stop at ±{SCORE_LIMIT:g})",
         )
         weights = Heatmap(
             right,
@@ -92,15 +98,15 @@ class _ScalingExplorer(Explorer):
             annotate=True,
             fmt="{:.2f}",
             fontsize=7,
+            row_name="query",
+            col_name="key",
+            colorbar="attention weight",
         )
         right.set_title("weights (softmax of each row)", fontsize=9)
         return scores, weights
 
     def _update(self, artists, data):
         scores, weights = artists
-        # A colour range symmetric about 0 keeps white = 0 whatever d_k is.
-        bound = float(np.abs(data["scores"]).max()) or 1.0
-        scores.set_range(-bound, bound)
         scores.set_values(data["scores"])
         weights.set_values(data["weights"])
         what = "q·k / √d_k" if data["scaled"] else "q·k (not scaled)"
