@@ -21,7 +21,6 @@ from .checks import check_positive_int
 
 __all__ = [
     "AS_COMMONLY_PRINTED",
-    "SEED_001_PRINTED",
     "SHE_LOVES_CATS_VOCAB",
     "TELESCOPE_SENTENCE",
     "THE_CAT_SAT_SENTENCE",
@@ -95,8 +94,6 @@ AS_COMMONLY_PRINTED: dict[str, list[float]] = {
     "K_Money_head1": [0.04, 0.08, 0.07],
     "V_Money_head1": [0.08, 0.07, 0.09],
 }
-#: The former name of :data:`AS_COMMONLY_PRINTED`.
-SEED_001_PRINTED = AS_COMMONLY_PRINTED
 
 
 def your_journey_starts_with_one_step() -> tuple[tuple[str, ...], torch.Tensor]:

@@ -2,15 +2,15 @@
 and its explorer (``explorer``)."""
 
 from .exercises import check_causal_mask, check_masked_attention, check_masked_softmax
-from .explorer import DROPOUT_SEED, METHODS, SEED_002_SEED, masking_explorer, seed_002_projections
+from .explorer import DROPOUT_SEED, JOURNEY_SEED, METHODS, journey_projections, masking_explorer
 
 __all__ = [
     "DROPOUT_SEED",
+    "JOURNEY_SEED",
     "METHODS",
-    "SEED_002_SEED",
     "check_causal_mask",
     "check_masked_attention",
     "check_masked_softmax",
+    "journey_projections",
     "masking_explorer",
-    "seed_002_projections",
 ]

@@ -16,12 +16,12 @@ from ...masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renor
 from ...teaching.explorer import SLIDER, Explorer, check_bool, check_number, seeded, to_numpy
 from ...teaching.figures import MASK_COLORS, Heatmap
 
-__all__ = ["DROPOUT_SEED", "METHODS", "SEED_002_SEED", "masking_explorer", "seed_002_projections"]
+__all__ = ["DROPOUT_SEED", "JOURNEY_SEED", "METHODS", "journey_projections", "masking_explorer"]
 
 #: ``torch.manual_seed`` right before the masking explorer's training-mode dropout.
 DROPOUT_SEED = 0
 #: The ``torch.manual_seed`` before its three ``nn.Linear(3, 3, bias=False)`` (query, key, value).
-SEED_002_SEED = 789
+JOURNEY_SEED = 789
 
 
 #: The two ways to apply the mask: blocked scores to -inf before the softmax (notebook 03's
@@ -29,11 +29,12 @@ SEED_002_SEED = 789
 METHODS = {"neg_inf": masked_softmax_neg_inf, "renormalize": masked_softmax_renormalize}
 
 
-def seed_002_projections() -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The 6 tokens projected by its ``W_query, W_key, W_value`` (``torch.manual_seed(789)``,
-    three ``nn.Linear(3, 3, bias=False)`` in that order): ``(tokens, q, k, v)``, each ``(6, 3)``."""
+def journey_projections() -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 6 tokens of "Your journey starts with one step" projected by ``W_query, W_key, W_value``
+    (``torch.manual_seed(789)``, then three ``nn.Linear(3, 3, bias=False)`` in that order, as a popular
+    tutorial builds them): ``(tokens, q, k, v)``, each ``(6, 3)``."""
     tokens, inputs = your_journey_starts_with_one_step()
-    with seeded(SEED_002_SEED):
+    with seeded(JOURNEY_SEED):
         w_query, w_key, w_value = (torch.nn.Linear(3, 3, bias=False) for _ in range(3))
     with torch.no_grad():
         return tokens, w_query(inputs), w_key(inputs), w_value(inputs)
@@ -43,7 +44,7 @@ class _MaskingExplorer(Explorer):
     figsize = (7.5, 3.3)
 
     def __init__(self, seq_len: int, causal: bool, method: str, dropout: float) -> None:
-        self.tokens, self.q, self.k, self.v = seed_002_projections()
+        self.tokens, self.q, self.k, self.v = journey_projections()
         controls = {
             "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
             "causal": widgets.Checkbox(value=causal, description="causal mask", indent=False),
