@@ -1,6 +1,7 @@
 """Notebook 03, causal masking: its exercise checkers (``exercises``)
-and its explorer (``explorer``)."""
+its explorer (``explorer``) and its diagram (``diagrams``)."""
 
+from .diagrams import causal_mask_diagram
 from .exercises import check_causal_mask, check_masked_attention, check_masked_softmax
 from .explorer import DROPOUT_SEED, JOURNEY_SEED, METHODS, journey_projections, masking_explorer
 
@@ -8,6 +9,7 @@ __all__ = [
     "DROPOUT_SEED",
     "JOURNEY_SEED",
     "METHODS",
+    "causal_mask_diagram",
     "check_causal_mask",
     "check_masked_attention",
     "check_masked_softmax",

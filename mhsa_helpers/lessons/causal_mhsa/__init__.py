@@ -1,7 +1,8 @@
 """Notebook 06, causal multi-head self-attention with RoPE and a KV cache: its exercise checkers (``exercises``)
-and its explorer (``explorer``)."""
+its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from ..multi_head.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
+from .diagrams import kv_cache_diagram
 from .exercises import check_attend_with_cache, check_causal_mhsa_rope, check_decoding_mask
 from .explorer import mhsa_explorer
 
@@ -12,5 +13,6 @@ __all__ = [
     "check_attend_with_cache",
     "check_causal_mhsa_rope",
     "check_decoding_mask",
+    "kv_cache_diagram",
     "mhsa_explorer",
 ]

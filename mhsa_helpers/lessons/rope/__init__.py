@@ -1,6 +1,7 @@
-"""Notebook 05, rotary position embeddings: its exercise checkers (``exercises``), its figures (``figures``)
-and its explorer (``explorer``)."""
+"""Notebook 05, rotary position embeddings: its exercise checkers (``exercises``), its figures (``figures``),
+its explorer (``explorer``) and its diagram (``diagrams``)."""
 
+from .diagrams import rotating_pairs_diagram
 from .exercises import check_apply_rope, check_interleaved_to_half_split, check_rope_attention, check_rope_frequencies
 from .explorer import rope_explorer
 from .figures import rope_frequencies_plot, rope_rotation_arrows, rope_score_vs_distance, rope_scores, rotate_pair
@@ -16,4 +17,5 @@ __all__ = [
     "rope_score_vs_distance",
     "rope_scores",
     "rotate_pair",
+    "rotating_pairs_diagram",
 ]

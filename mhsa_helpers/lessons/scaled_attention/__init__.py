@@ -1,7 +1,14 @@
 """Notebook 02, scaled dot-product attention: its exercise checkers (``exercises``)
-and its explorer (``explorer``)."""
+its explorer (``explorer``) and its diagram (``diagrams``)."""
 
+from .diagrams import matrix_products_diagram
 from .exercises import check_attention, check_softmax
 from .explorer import SCALING_SENTENCES, scaling_explorer
 
-__all__ = ["SCALING_SENTENCES", "check_attention", "check_softmax", "scaling_explorer"]
+__all__ = [
+    "SCALING_SENTENCES",
+    "check_attention",
+    "check_softmax",
+    "matrix_products_diagram",
+    "scaling_explorer",
+]
