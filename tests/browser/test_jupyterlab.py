@@ -3,8 +3,8 @@
 A JupyterLab server is started on 127.0.0.1 (free port, random token, temporary
 root/config/data/runtime folders, this Python's ipykernel as the ``python3`` kernel)
 with a copy of ``explorers_fixture.ipynb``; if another process takes the port first, it
-is started again on a new one. Chromium (Debian's, at /usr/bin/chromium:
-the test fails, not skips, without it) opens the notebook and runs every cell; then the
+is started again on a new one. Chromium (the one ``discovery.find_chromium`` finds: skipped
+with a loud reason without one, failed under CI) opens the notebook and runs every cell; then the
 heads explorer's "heads" and "seq_len" sliders are moved with the keyboard (focus the
 handle, arrow keys) and by dragging the handle with the mouse, and after each move the
 caption the kernel renders ("4 heads, seq 6 · ...") must show the new configuration and
@@ -36,7 +36,6 @@ import pytest
 
 from mhsa_helpers.lessons import LESSONS
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -225,13 +224,11 @@ def test_server_start_moves_to_a_new_port_when_its_port_is_taken(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does")
+def browser(chromium_path):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True)
         try:
             yield chromium
         finally:

@@ -3,8 +3,8 @@
 The site is built once into a temporary folder with the same command as ``make site``
 (``sphinx-build -W --keep-going -E -b html -c book -d <doctrees> . <out>``: any Sphinx
 warning fails it), then served by a local HTTP server on 127.0.0.1 and opened by Chromium
-(Debian's, at /usr/bin/chromium, launched as in test_jupyterlab.py: the test fails, not
-skips, without it).
+(found by ``discovery.find_chromium`` and launched as in test_jupyterlab.py: skipped with a
+loud reason without one, failed under CI).
 
 Every page of the registry's notebooks (lessons and solutions) must be there; on each, every
 image must load, every formula must be typeset by the site's own MathJax, no console error or
@@ -32,7 +32,6 @@ import pytest
 from mhsa_helpers.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
 # The launch settings of test_jupyterlab.py.
 CHROMIUM_ARGS = [
     "--headless",
@@ -132,13 +131,11 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does")
+def browser(chromium_path):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True)
         try:
             yield chromium
         finally:
