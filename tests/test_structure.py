@@ -297,3 +297,52 @@ def test_learner_facing_text_never_names_the_source_documents():
 )
 def test_source_name_detector(text, named):
     assert bool(SOURCE_NAME.search(text)) == named
+
+
+def bare_asserts(source: str) -> list[int]:
+    """Line numbers of ``assert`` statements and ``torch.testing.assert_close`` calls outside a function
+    body: what a learner reads as test plumbing rather than a claim of the lesson."""
+    # IPython magics (%matplotlib) are not Python: blank them, keeping the line numbers.
+    tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()))
+    inside_functions = {
+        id(node)
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for node in ast.walk(function)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in inside_functions:
+            continue
+        is_check_call = isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+            ("assert_close", "assert_allclose")
+        )
+        if isinstance(node, ast.Assert) or is_check_call:
+            found.append(node.lineno)
+    return found
+
+
+def test_notebooks_check_with_claims_not_bare_asserts():
+    import nbformat
+
+    found = []
+    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code" and bare_asserts(cell.source):
+                found.append(f"{path.relative_to(ROOT)} cell {index}")
+    assert not found, f"bare asserts where a learner reads (use claim / claim_close): {found}"
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("assert x == 1", [1]),
+        ("for i in r:\n    assert i", [2]),
+        ("torch.testing.assert_close(a, b)", [1]),
+        ("np.testing.assert_allclose(a, b)", [1]),
+        ("%matplotlib inline\nclaim('x is 1', x == 1)", []),
+        ("def check(f):\n    assert f(1) == 2\n    return True", []),
+    ],
+)
+def test_bare_assert_detector(source, lines):
+    assert bare_asserts(source) == lines
