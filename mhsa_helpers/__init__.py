@@ -7,10 +7,12 @@ Small modules, one idea each, in the order of the notebooks:
 * :mod:`~mhsa_helpers.masking` — causal and padding masks, two ways to apply them (notebook 03);
 * :mod:`~mhsa_helpers.heads` — splitting into heads and merging them back (notebook 04), sharing
   key/value heads (notebook 08);
+* :mod:`~mhsa_helpers.positions` — absolute position embeddings, sinusoidal and learned (notebook 05);
 * :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05);
 * :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06), preallocated
   (notebook 08) and with a sliding window (notebook 09);
 * :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its functional form (notebook 06);
+* :mod:`~mhsa_helpers.block` — the Transformer block around attention: LayerNorm, residual, MLP (notebook 06);
 * :mod:`~mhsa_helpers.tiled_attention` — the online softmax and tiled attention (notebook 08);
 * :mod:`~mhsa_helpers.kv_cache_memory` — what the KV cache costs, MHA/GQA/MQA (notebook 08);
 * :mod:`~mhsa_helpers.long_context` — sliding windows, ALiBi, stretching RoPE (notebook 09);
@@ -26,6 +28,7 @@ The notebooks' checkers, explorers and figures live in :mod:`mhsa_helpers.teachi
 
 from . import examples, weight_layouts
 from .attention import attention_scores, scaled_dot_product_attention
+from .block import TransformerBlock
 from .devices import default_device
 from .heads import merge_heads, repeat_kv, split_heads
 from .kv_cache import KVCache, SlidingWindowCache
@@ -38,6 +41,7 @@ from .masking import (
     sliding_window_mask,
 )
 from .mha import MultiHeadSelfAttention, multi_head_self_attention
+from .positions import sinusoidal_positions
 from .rope import RotaryEmbedding, apply_rotary, rope_frequencies
 from .softmax import softmax
 from .weight_layouts import (
@@ -56,6 +60,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "RotaryEmbedding",
     "SlidingWindowCache",
+    "TransformerBlock",
     "apply_rotary",
     "attention_scores",
     "causal_mask",
@@ -74,6 +79,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permutation",
     "scaled_dot_product_attention",
+    "sinusoidal_positions",
     "sliding_window_mask",
     "softmax",
     "split_heads",

@@ -1030,3 +1030,20 @@ def sliding_window_cache_args(window: int, sinks: int = 0) -> None:
 
 def cache_mask_args(cache: Any, new: int) -> None:
     check_positive_int("new", new)
+
+
+def sinusoidal_positions_args(seq_len: int, d_model: int, base: float = 10000.0) -> None:
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (positions fill sine/cosine pairs of features), got d_model={d_model}")
+    check_positive_number("base", base, low=1.0, why=" (10000 in the original Transformer)")
+
+
+def transformer_block_args(d_model: int, num_heads: int, *, d_ff: int | None = None, dropout: float = 0.0) -> None:
+    check_positive_int("d_model", d_model)
+    if d_ff is not None:
+        check_positive_int("d_ff", d_ff)
+    check_positive_number("dropout", dropout, low=0.0, inclusive=True)
+    if dropout >= 1:
+        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
