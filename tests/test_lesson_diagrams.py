@@ -14,7 +14,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, Rectangle
 
 from mhsa_helpers import rope_frequencies
 from mhsa_helpers.lessons.causal_masking import causal_mask_diagram
-from mhsa_helpers.lessons.causal_mhsa import kv_cache_diagram
+from mhsa_helpers.lessons.causal_mhsa import kv_cache_diagram, transformer_block_diagram
 from mhsa_helpers.lessons.multi_head import split_merge_diagram
 from mhsa_helpers.lessons.qkv_by_hand import one_head_diagram
 from mhsa_helpers.lessons.rope import rotating_pairs_diagram
@@ -123,3 +123,9 @@ def test_kv_cache_blocks_keys_after_each_new_query(past, new):
 def test_diagrams_refuse_what_they_cannot_draw(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_block_diagram_has_two_normed_sublayers_each_added_back():
+    drawn = texts(transformer_block_diagram())
+    assert drawn.count("LayerNorm") == 2 and drawn.count("+") == 2 and drawn.count("residual") == 2
+    assert "causal MHSA + RoPE" in drawn and "MLP: d → 4d → d" in drawn

@@ -2,7 +2,7 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from ..multi_head.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
-from .diagrams import kv_cache_diagram
+from .diagrams import kv_cache_diagram, transformer_block_diagram
 from .exercises import check_attend_with_cache, check_causal_mhsa_rope, check_decoding_mask
 from .explorer import mhsa_explorer
 
@@ -15,4 +15,5 @@ __all__ = [
     "check_decoding_mask",
     "kv_cache_diagram",
     "mhsa_explorer",
+    "transformer_block_diagram",
 ]
