@@ -1,8 +1,8 @@
 """Where the weights of multi-head attention come from, and how their layouts convert.
 
 Taught in notebook 04: per-head matrices (section 2) and one big matrix cut into heads
-(section 3), the fused QKV row orders (section 8), and the weights of
-``torch.nn.MultiheadAttention`` (section 9); the paper's ``E @ W`` layout in notebook 01
+(section 3), the fused QKV row orders (optional section 9), and the weights of
+``torch.nn.MultiheadAttention`` (optional section 10); the paper's ``E @ W`` layout in notebook 01
 ("Paper layout versus PyTorch layout"); the RoPE weight permutation in notebook 05, section 9.
 
 Two equivalent views of multi-head projections:
