@@ -35,8 +35,9 @@ def test_an_explorer_offers_its_picture_next_to_the_widget(item):
         assert data["text/plain"].endswith(STATIC_NOTE)
         picture = Image.open(io.BytesIO(base64.b64decode(data["image/png"])))
         # The figure (at DPI) plus the caption band, shown at its natural width.
-        assert picture.width == round(explorer.figsize[0] * DPI) == metadata["image/png"]["width"]
-        assert picture.height > explorer.figsize[1] * DPI
+        width, height = explorer.figure.get_size_inches()
+        assert picture.width == round(width * DPI) == metadata["image/png"]["width"]
+        assert picture.height > height * DPI
     finally:
         explorer.close()
 

@@ -254,13 +254,18 @@ class Explorer(widgets.VBox):
         self.data = data
         self.redraw_count += 1
 
+    def _figsize(self, data: dict[str, Any]) -> tuple[float, float]:
+        """The figure's size in inches for this data's layout: :attr:`figsize` unless an explorer
+        grows its figure with its content (e.g. rows of heads)."""
+        return self.figsize
+
     def _layout_for(self, data: dict[str, Any]) -> _Layout:
         """The figure for this data's layout: built on first use, then kept (the last
         :data:`LAYOUT_CACHE` of them), since building axes costs more than drawing them."""
         key = self._layout(data)
         layout = self._layouts.get(key)
         if layout is None:
-            figure = Figure(figsize=self.figsize, dpi=DPI)
+            figure = Figure(figsize=self._figsize(data), dpi=DPI)
             FigureCanvasAgg(figure)
             layout = _Layout(figure, self._build(figure, data))
             self._layouts[key] = layout
@@ -296,7 +301,7 @@ class Explorer(widgets.VBox):
             return bundle
         bundle["text/plain"] = f"{self._title} — {STATIC_NOTE}"
         bundle["image/png"] = base64.b64encode(self.static_png()).decode("ascii")
-        return bundle, {"image/png": {"width": int(self.figsize[0] * DPI)}}
+        return bundle, {"image/png": {"width": round(self.figure.get_size_inches()[0] * DPI)}}
 
     def static_png(self) -> bytes:
         """The current figure with the caption and a note that the controls need a running kernel

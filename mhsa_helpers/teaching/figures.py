@@ -465,7 +465,7 @@ class HeadGrid:
         self.colorbar = None
         if colorbar is not None:
             # One bar for every panel: they share the range 0..1, so they are compared on one scale.
-            bar_ax = fig.add_axes((right - 0.07 * width, grid_bottom, 0.018 * width, (grid_top - grid_bottom) * 0.9))
+            bar_ax = fig.add_axes((right - 0.095 * width, grid_bottom, 0.015 * width, (grid_top - grid_bottom) * 0.9))
             self.colorbar = fig.colorbar(self.panels[0].image, cax=bar_ax)
             self.colorbar.set_label(colorbar, fontsize=fontsize + 1)
             self.colorbar.ax.tick_params(labelsize=fontsize)

@@ -25,12 +25,14 @@ from ...teaching.figures import HeadGrid
 __all__ = [
     "HEADS_SENTENCE",
     "INPUT_SCALE",
+    "MAX_HEADS_PER_ROW",
     "MODEL_SEED",
     "check_d_model",
     "check_num_heads",
     "heads_columns",
     "heads_explorer",
     "heads_inputs",
+    "heads_rows",
     "seeded_module",
 ]
 
@@ -50,10 +52,19 @@ def heads_inputs(d_model: int) -> tuple[tuple[str, ...], torch.Tensor]:
     return tokens, INPUT_SCALE * embeddings
 
 
+#: Heads per row of a head grid: panels stay wide enough for their token labels.
+MAX_HEADS_PER_ROW = 4
+
+
 def heads_columns(heads: int) -> int:
-    """Columns of the head grid: at most 6 heads per row, rows as even as possible."""
-    rows = math.ceil(heads / 6)
+    """Columns of the head grid: at most :data:`MAX_HEADS_PER_ROW` heads per row, rows as even as possible."""
+    rows = math.ceil(heads / MAX_HEADS_PER_ROW)
     return math.ceil(heads / rows)
+
+
+def heads_rows(heads: int) -> int:
+    """Rows of the head grid (see :func:`heads_columns`)."""
+    return math.ceil(heads / heads_columns(heads))
 
 
 @functools.lru_cache(maxsize=64)
@@ -143,6 +154,10 @@ class _HeadsExplorer(Explorer):
 
     def _layout(self, data):
         return data["num_heads"], data["seq_len"]
+
+    def _figsize(self, data):
+        # The figure grows with its rows of heads instead of shrinking every panel.
+        return (self.figsize[0], max(self.figsize[1], 1.2 + 1.6 * heads_rows(data["num_heads"])))
 
     def _build(self, fig, data):
         return HeadGrid(
