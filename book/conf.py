@@ -22,12 +22,10 @@ from sphinx.transforms import SphinxTransform
 
 from mhsa_helpers.lessons import LESSONS
 
-#: Where the notebooks are published; the Colab links are built from it and the branch.
-REPOSITORY_URL = "https://github.com/attention-step-by-step/attention-step-by-step"
-REPOSITORY_BRANCH = "main"
-COLAB_URL = "https://colab.research.google.com"
-#: The notebooks' "Open in Colab" badge: a remote image, drawn here by ``_static/site.css`` instead.
-COLAB_BADGE = f"{COLAB_URL}/assets/colab-badge.svg"
+# Where the notebooks are published, the branch the Colab links open and the notebooks' "Open in Colab"
+# badge (a remote image, drawn here by ``_static/site.css`` instead): one place, mhsa_helpers.lessons.links.
+from mhsa_helpers.lessons.links import BRANCH as REPOSITORY_BRANCH
+from mhsa_helpers.lessons.links import COLAB_BADGE, COLAB_URL, REPOSITORY_URL
 
 MATHJAX = Path(importlib.util.find_spec("mathjax").origin).parent / "static" / "mathjax" / "es5"
 
