@@ -601,3 +601,20 @@ def test_update_turns_rope_off_before_choosing_a_head_count_only_valid_without_i
     explorer.update(rope=False, num_heads=16)
     assert explorer.controls["num_heads"].value == 16
     assert explorer.data["weights"].shape[0] == 16
+
+
+def test_a_disabled_rope_base_says_why_it_is_off():
+    explorer = mhsa_explorer(rope=True)
+    assert not explorer.controls["base"].disabled and explorer.controls["base"].description == "RoPE base"
+    explorer.update(rope=False)
+    assert explorer.controls["base"].disabled and "off" in explorer.controls["base"].description
+    explorer.update(rope=True)
+    assert explorer.controls["base"].description == "RoPE base"
+
+
+def test_qkv_score_factor_reads_the_same_on_the_slider_and_in_the_caption():
+    from mhsa_helpers.lessons.qkv_by_hand import qkv_explorer
+
+    explorer = qkv_explorer(score_scale=1000.0)
+    shown = format(1000.0, explorer.controls["score_scale"].readout_format)
+    assert shown == "1,000" and f"score × {shown} ·" in explorer.data["caption"]

@@ -33,6 +33,11 @@ from ..multi_head.explorer import (
 __all__ = ["mhsa_explorer"]
 
 
+def base_label(rope: bool) -> str:
+    """The RoPE base slider's label: a disabled slider says why it is off."""
+    return "RoPE base" if rope else "RoPE base (off: tick RoPE)"
+
+
 class _MHSAExplorer(Explorer):
     options_controls = ("rope",)  # RoPE needs an even d_head, so it narrows the head counts
     figsize = (8.5, 3.9)
@@ -51,6 +56,7 @@ class _MHSAExplorer(Explorer):
             "base": log_slider("RoPE base", base, 1.0, 6.0, 0.1, ",.0f"),
         }
         controls["base"].disabled = not rope
+        controls["base"].description = base_label(rope)
         super().__init__(controls, title=f"Multi-head self-attention, d_model = {d_model}")
 
     def _head_options(self, rope: bool) -> list[int]:
@@ -65,6 +71,7 @@ class _MHSAExplorer(Explorer):
             value = current if current in options else min(options, key=lambda h: (abs(h - current), h))
             set_options(self.controls["num_heads"], options, value)
             self.controls["base"].disabled = not rope
+            self.controls["base"].description = base_label(rope)
 
     def _check(self, values):
         check_bool("causal", values["causal"])

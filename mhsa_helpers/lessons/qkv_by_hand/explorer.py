@@ -16,6 +16,10 @@ from ...teaching.figures import Heatmap
 __all__ = ["qkv_explorer"]
 
 
+#: One format for the score factor on the slider, in the title and in the caption (1,000, not 1e+03).
+SCALE_FORMAT = ",.4g"
+
+
 class _QKVExplorer(Explorer):
     figsize = (6.4, 2.9)
 
@@ -28,7 +32,7 @@ class _QKVExplorer(Explorer):
                 description="head",
                 style={"description_width": "initial", "button_width": "70px"},
             ),
-            "score_scale": log_slider("score ×", score_scale, -1.0, 3.0, 0.05, ",.2f"),
+            "score_scale": log_slider("score ×", score_scale, -1.0, 3.0, 0.05, SCALE_FORMAT),
         }
         super().__init__(controls, title="Money Bank Grows: Q·Kᵀ/√d_k, then softmax")
 
@@ -97,7 +101,7 @@ class _QKVExplorer(Explorer):
         scores, weights = artists
         scores.set_values(data["scores"])
         weights.set_values(data["weights"])
-        scores.ax.set_title(f"scores × {data['score_scale']:.3g} / √3", fontsize=9)
+        scores.ax.set_title(f"scores × {data['score_scale']:{SCALE_FORMAT}} / √3", fontsize=9)
 
     def _dynamic(self, artists):
         scores, weights = artists
@@ -105,7 +109,7 @@ class _QKVExplorer(Explorer):
 
     def _caption_text(self, data):
         return (
-            f"head {data['head']} · score × {data['score_scale']:.3g} · largest weight "
+            f"head {data['head']} · score × {data['score_scale']:{SCALE_FORMAT}} · largest weight "
             f"{data['weights'].max():.3f} (uniform: 0.333)"
         )
 
