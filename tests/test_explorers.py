@@ -618,3 +618,14 @@ def test_qkv_score_factor_reads_the_same_on_the_slider_and_in_the_caption():
     explorer = qkv_explorer(score_scale=1000.0)
     shown = format(1000.0, explorer.controls["score_scale"].readout_format)
     assert shown == "1,000" and f"score × {shown} ·" in explorer.data["caption"]
+
+
+@pytest.mark.parametrize("item", [i for i in LESSONS if i.explorer is not None], ids=lambda i: i.slug)
+def test_no_explorer_control_is_a_dropdown(item):
+    # Arrow keys on a dropdown move JupyterLab's cell selection instead of its value; sliders and
+    # toggle buttons keep the keys.
+    explorer = item.explorer()
+    try:
+        assert not [name for name, control in explorer.controls.items() if isinstance(control, widgets.Dropdown)]
+    finally:
+        explorer.close()

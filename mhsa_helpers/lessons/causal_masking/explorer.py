@@ -48,7 +48,8 @@ class _MaskingExplorer(Explorer):
         controls = {
             "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
             "causal": widgets.Checkbox(value=causal, description="causal mask", indent=False),
-            "method": widgets.Dropdown(
+            # Toggle buttons, not a dropdown: the keyboard drives them without moving JupyterLab's cell selection.
+            "method": widgets.ToggleButtons(
                 options=list(METHODS), value=method, description="method", style={"description_width": "initial"}
             ),
             "dropout": widgets.FloatSlider(

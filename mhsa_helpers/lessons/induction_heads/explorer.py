@@ -43,14 +43,18 @@ class _TrainingExplorer(Explorer):
             "step": widgets.SelectionSlider(
                 options=list(checkpoints.steps), value=step, description="training step", **SLIDER
             ),
-            "layer": widgets.Dropdown(
-                options=[("layer 0", 0), ("layer 1", 1)], value=layer, description="layer", layout={"width": "160px"}
+            # Toggle buttons, not dropdowns: the keyboard drives them without moving JupyterLab's cell selection.
+            "layer": widgets.ToggleButtons(
+                options=[("layer 0", 0), ("layer 1", 1)],
+                value=layer,
+                description="layer",
+                style={"button_width": "70px"},
             ),
-            "head": widgets.Dropdown(
+            "head": widgets.ToggleButtons(
                 options=[(f"head {h}", h) for h in range(heads)],
                 value=head,
                 description="head",
-                layout={"width": "160px"},
+                style={"button_width": "70px"},
             ),
         }
         super().__init__(

@@ -116,11 +116,9 @@ class _HeadsExplorer(Explorer):
                 options=divisors(d_model), value=num_heads, description="heads", **SLIDER
             ),
             "seq_len": widgets.IntSlider(value=seq_len, min=1, max=len(self.tokens), description="seq_len", **SLIDER),
-            "head": widgets.Dropdown(
-                options=[(f"head {i}", i) for i in range(1, num_heads + 1)],
-                value=head,
-                description="framed",
-                style={"description_width": "initial"},
+            # A selection slider, not a dropdown: arrow keys move it, not JupyterLab's cell selection.
+            "head": widgets.SelectionSlider(
+                options=[(f"head {i}", i) for i in range(1, num_heads + 1)], value=head, description="framed", **SLIDER
             ),
         }
         super().__init__(controls, title=f"Splitting d_model = {d_model} into heads")

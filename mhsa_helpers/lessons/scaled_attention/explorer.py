@@ -30,11 +30,12 @@ class _ScalingExplorer(Explorer):
     def __init__(self, d_k: int, sentence: str, scaled: bool) -> None:
         controls = {
             "d_k": widgets.IntSlider(value=d_k, min=1, max=512, step=1, description="d_k", **SLIDER),
-            "sentence": widgets.Dropdown(
+            # Toggle buttons, not a dropdown: the keyboard drives them without moving JupyterLab's cell selection.
+            "sentence": widgets.ToggleButtons(
                 options=list(SCALING_SENTENCES),
                 value=sentence,
                 description="sentence",
-                style={"description_width": "initial"},
+                style={"description_width": "initial", "button_width": "230px"},
             ),
             "scaled": widgets.Checkbox(value=scaled, description="divide by √d_k", indent=False),
         }
