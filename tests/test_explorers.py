@@ -629,3 +629,14 @@ def test_no_explorer_control_is_a_dropdown(item):
         assert not [name for name, control in explorer.controls.items() if isinstance(control, widgets.Dropdown)]
     finally:
         explorer.close()
+
+
+def test_rope_arrow_labels_do_not_pile_up_on_slow_pairs():
+    explorer = rope_explorer()
+
+    def labels():
+        return [text.get_text() for text in explorer.figure.axes[1].texts]
+
+    assert labels() == [f"m={m}" for m in range(6)]  # pair 0 turns 1 rad per step: one label per arrow
+    explorer.update(pair_index=7)  # 0.0003 rad per step: all six arrows on top of each other
+    assert labels() == ["", "", "", "", "", "m=0–5"]

@@ -11,6 +11,7 @@ from ...checks import check_int
 from ...rope import rope_frequencies
 from ...teaching.explorer import SLIDER, Explorer, check_number, log_slider
 from .figures import (
+    arrow_label_position,
     rope_frequencies_plot,
     rope_rotation_arrows,
     rope_score_vs_distance,
@@ -19,6 +20,23 @@ from .figures import (
 )
 
 __all__ = ["rope_explorer"]
+
+
+#: Arrows closer than this (radians) share one label, so slow pairs do not pile up "m=0", "m=1", ...
+LABEL_GAP = 0.3
+
+
+def arrow_labels(positions: np.ndarray, angles: np.ndarray) -> list[str]:
+    """One label per arrow: arrows within :data:`LABEL_GAP` of the first of their group share one label,
+    written at the group's last arrow ("m=0–5"); the others are left blank."""
+    labels = [""] * len(positions)
+    start = 0
+    for i in range(1, len(positions) + 1):
+        if i == len(positions) or angles[i] - angles[start] >= LABEL_GAP:
+            first, last = positions[start], positions[i - 1]
+            labels[i - 1] = f"m={first}" if i - 1 == start else f"m={first}–{last}"
+            start = i
+    return labels
 
 
 class _RopeExplorer(Explorer):
@@ -112,9 +130,11 @@ class _RopeExplorer(Explorer):
         freq_ax.set_title(f"RoPE frequencies, base {data['base']:,.0f}", fontsize=9)
         rotated = data["rotated"]
         arrow_ax.collections[0].set_UVC(rotated[:, 0], rotated[:, 1])
-        for text, (x, y), m in zip(arrow_ax.texts, rotated, data["positions"], strict=True):
-            text.set_position((1.12 * x, 1.12 * y))
-            text.set_text(f"m={m}")
+        for text, (x, y), label in zip(
+            arrow_ax.texts, rotated, arrow_labels(data["positions"], data["angles"]), strict=True
+        ):
+            text.set_position(arrow_label_position(x, y))
+            text.set_text(label)
         arrow_ax.set_title(f"pair {pair}: θ = {frequencies[pair]:.3g} rad per position", fontsize=9)
         score_ax.lines[0].set_ydata(data["scores"])
         score_ax.set_title(f"score vs distance (keys at {data['offset']}+)", fontsize=9)

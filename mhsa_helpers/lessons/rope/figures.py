@@ -17,6 +17,7 @@ from ...rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
 from ...teaching.figures import as_array, new_axes
 
 __all__ = [
+    "arrow_label_position",
     "rope_frequencies_plot",
     "rope_rotation_arrows",
     "rope_score_vs_distance",
@@ -57,6 +58,12 @@ def _check_positions(positions: Sequence[int]) -> list[int]:
     return [check_int(f"positions[{i}]", p, 0) for i, p in enumerate(positions)]
 
 
+def arrow_label_position(x: float, y: float) -> tuple[float, float]:
+    """Where the label of the arrow ``(x, y)`` goes: inside the circle, beside the arrow's shaft (on its
+    counter-clockwise side), so it neither covers the arrow head nor leaves the panel."""
+    return 0.62 * x - 0.16 * y, 0.62 * y + 0.16 * x
+
+
 def rope_rotation_arrows(
     vector,
     *,
@@ -92,7 +99,7 @@ def rope_rotation_arrows(
         width=0.012,
     )
     for (x, y), m, color in zip(rotated, positions, colors, strict=True):
-        ax.text(1.12 * x, 1.12 * y, f"m={m}", fontsize=7, ha="center", va="center", color=color)
+        ax.text(*arrow_label_position(x, y), f"m={m}", fontsize=7, ha="center", va="center", color=color)
     limit = 1.35 * radius
     ax.set_xlim(-limit, limit)
     ax.set_ylim(-limit, limit)
