@@ -80,7 +80,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Q, K, V by hand: “Money Bank Grows”",
         qkv_by_hand,
         "qkv_explorer",
-        "every number of two-head attention on a three-word sentence, computed as on paper; E·W versus x·Wᵀ",
+        "one query with no weights, then every number of two-head attention on a three-word sentence, computed as on "
+        "paper; E·W versus x·Wᵀ",
     ),
     _lesson(
         2,
@@ -89,7 +90,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Scaled dot-product attention",
         scaled_attention,
         "scaling_explorer",
-        "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, equality with PyTorch",
+        "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, cross-attention, "
+        "equality with PyTorch",
     ),
     _lesson(
         3,
@@ -107,7 +109,7 @@ LESSONS: tuple[Lesson, ...] = (
         "Multi-head attention",
         multi_head,
         "heads_explorer",
-        "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes, fused QKV layouts, "
+        "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV layouts, "
         "`nn.MultiheadAttention`",
     ),
     _lesson(
@@ -117,7 +119,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Rotary position embeddings (RoPE)",
         rope,
         "rope_explorer",
-        "rotating pairs of dimensions, scores that depend only on m−n, interleaved versus half-split pairing",
+        "absolute positions (sinusoidal, learned) and why RoPE replaced them, rotating pairs of dimensions, scores "
+        "that depend only on m−n, interleaved versus half-split pairing",
     ),
     _lesson(
         6,
@@ -126,8 +129,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Putting it together: causal multi-head self-attention with RoPE",
         causal_mhsa,
         "mhsa_explorer",
-        "the whole block, the functional and module interfaces, incremental decoding with a KV cache, "
-        "cost versus length",
+        "the whole attention layer, the functional and module interfaces, incremental decoding with a KV cache, "
+        "cost versus length, the Transformer block around it",
     ),
     _lesson(
         7,
