@@ -19,20 +19,13 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from mhsa_helpers import MultiHeadSelfAttention
+from ...checks import check_divisible, check_int
+from ...mha import MultiHeadSelfAttention
 
 __all__ = ["POSITIONS", "AttentionOnlyTransformer"]
 
 #: Where the model gets positional information: learned absolute position embeddings, or RoPE.
 POSITIONS = ("learned", "rope")
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
-    return value
 
 
 class AttentionOnlyTransformer(nn.Module):
@@ -64,16 +57,12 @@ class AttentionOnlyTransformer(nn.Module):
         positions: str = "learned",
     ) -> None:
         super().__init__()
-        _check_int("vocab_size", vocab_size, 2)
-        _check_int("d_model", d_model, 1)
-        _check_int("num_heads", num_heads, 1)
-        _check_int("num_layers", num_layers, 1)
-        _check_int("max_seq_len", max_seq_len, 1)
-        if d_model % num_heads:
-            raise ValueError(
-                f"num_heads must divide d_model: expected d_model % num_heads == 0, "
-                f"got d_model={d_model}, num_heads={num_heads}"
-            )
+        check_int("vocab_size", vocab_size, 2)
+        check_int("d_model", d_model, 1)
+        check_int("num_heads", num_heads, 1)
+        check_int("num_layers", num_layers, 1)
+        check_int("max_seq_len", max_seq_len, 1)
+        check_divisible("d_model", d_model, "num_heads", num_heads)
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(map(repr, POSITIONS))}, got {positions!r}")
         self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads
