@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from . import checks
+from .rope import rope_frequencies
 
 __all__ = ["sinusoidal_positions"]
 
@@ -27,7 +28,8 @@ def sinusoidal_positions(seq_len: int, d_model: int, base: float = 10000.0) -> t
     holds ``sin(pos·ω_i)`` in feature ``2i`` and ``cos(pos·ω_i)`` in feature ``2i + 1``, with
     ``ω_i = base^(-2i/d_model)`` — the frequencies RoPE uses too. Computed in float64."""
     positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
-    omegas = float(base) ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    # The frequencies are exactly RoPE's theta_i for a head of width d_model.
+    omegas = rope_frequencies.unchecked(d_model, float(base), dtype=torch.float64)
     angles = positions * omegas  # (seq_len, d_model / 2)
     table = torch.empty(seq_len, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()
