@@ -25,8 +25,8 @@ from ..multi_head.explorer import (
     check_d_model,
     check_num_heads,
     heads_columns,
+    heads_figsize,
     heads_inputs,
-    heads_rows,
     seeded_module,
 )
 
@@ -103,8 +103,7 @@ class _MHSAExplorer(Explorer):
         return data["num_heads"], data["seq_len"]
 
     def _figsize(self, data):
-        # The figure grows with its rows of heads instead of shrinking every panel.
-        return (self.figsize[0], max(self.figsize[1], 1.2 + 1.6 * heads_rows(data["num_heads"])))
+        return heads_figsize(self.figsize, data["num_heads"])
 
     def _build(self, fig, data):
         grid = HeadGrid(

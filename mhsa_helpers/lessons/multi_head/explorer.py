@@ -31,6 +31,7 @@ __all__ = [
     "check_num_heads",
     "heads_columns",
     "heads_explorer",
+    "heads_figsize",
     "heads_inputs",
     "heads_rows",
     "seeded_module",
@@ -65,6 +66,12 @@ def heads_columns(heads: int) -> int:
 def heads_rows(heads: int) -> int:
     """Rows of the head grid (see :func:`heads_columns`)."""
     return math.ceil(heads / heads_columns(heads))
+
+
+def heads_figsize(figsize: tuple[float, float], heads: int) -> tuple[float, float]:
+    """An explorer's ``figsize`` grown to fit ``heads`` panels: taller by rows of heads, instead of
+    shrinking every panel (the heads and MHSA explorers share it)."""
+    return figsize[0], max(figsize[1], 1.2 + 1.6 * heads_rows(heads))
 
 
 @functools.lru_cache(maxsize=64)
@@ -154,8 +161,7 @@ class _HeadsExplorer(Explorer):
         return data["num_heads"], data["seq_len"]
 
     def _figsize(self, data):
-        # The figure grows with its rows of heads instead of shrinking every panel.
-        return (self.figsize[0], max(self.figsize[1], 1.2 + 1.6 * heads_rows(data["num_heads"])))
+        return heads_figsize(self.figsize, data["num_heads"])
 
     def _build(self, fig, data):
         return HeadGrid(
