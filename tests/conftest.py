@@ -9,7 +9,9 @@ Select another profile with ``HYPOTHESIS_PROFILE=thorough pytest ...``.
 from __future__ import annotations
 
 import os
+import sys
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -34,3 +36,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close every pyplot figure a test opened (figures, diagrams), so none piles up across tests."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")

@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -26,12 +25,6 @@ from mhsa_helpers.lessons.attention_at_scale import (
     tiles_explorer,
 )
 from mhsa_helpers.tiled_attention import tile_kinds
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def update(m, norm, o, s, v, *, rescale_norm=True, rescale_out=True, factor_sign=1):

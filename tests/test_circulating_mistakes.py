@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,13 +23,6 @@ from mhsa_helpers.lessons.circulating_mistakes import (
     check_masked_weights,
 )
 from mhsa_helpers.lessons.circulating_mistakes.diagrams import MISTAKE_SITES, mistake_map_diagram
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # ---------------------------------------------------------------- the zoo
 

@@ -4,18 +4,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from mhsa_helpers.teaching.diagrams import ROLE_COLORS, Box, Canvas, head_colors
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def cells(canvas: Canvas) -> list[Rectangle]:

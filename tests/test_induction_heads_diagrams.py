@@ -4,17 +4,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
-import pytest
 from matplotlib.patches import FancyArrowPatch
 
 from mhsa_helpers.lessons.induction_heads import induction_circuit_diagram, residual_stream_diagram
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def texts(fig) -> list[str]:

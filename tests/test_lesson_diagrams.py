@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.patches import Circle, FancyArrowPatch, Rectangle
@@ -20,12 +19,6 @@ from mhsa_helpers.lessons.qkv_by_hand import one_head_diagram
 from mhsa_helpers.lessons.rope import rotating_pairs_diagram
 from mhsa_helpers.lessons.scaled_attention import matrix_products_diagram
 from mhsa_helpers.teaching.diagrams import ROLE_COLORS, head_colors
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def texts(fig) -> list[str]:

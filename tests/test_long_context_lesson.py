@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -26,13 +25,6 @@ from mhsa_helpers.lessons.long_context import (
 )
 from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
 from mhsa_helpers.long_context import RopeScaling, alibi_slopes, sliding_window_mask
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
 
 # ---------------------------------------------------------------- experiments
 
