@@ -33,7 +33,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from mhsa_helpers.lessons import LESSONS
-from mhsa_helpers.teaching.explorer import DPI, nearby_value
+from mhsa_helpers.teaching.explorer import CSS_DPI, DPI, nearby_value
 
 TARGET_MS = 50.0
 
@@ -88,7 +88,7 @@ def main() -> None:
     moves = 5 if args.quick else max(1, args.moves)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# Explorer redraw time (in-kernel, Agg, {DPI} dpi PNG)\n")
+    print(f"# Explorer redraw time (in-kernel, Agg at {DPI:g} dpi, shown at {CSS_DPI:g} CSS px per inch, JPEG)\n")
     print(
         f"python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load:.2f} at start; "
         f"{moves} moves per row; target: median wall <= {TARGET_MS:.0f} ms\n"

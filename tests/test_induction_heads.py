@@ -556,11 +556,11 @@ def test_explorer_draws_the_shipped_weights_of_the_chosen_step_and_head(explorer
 def test_explorer_opens_on_the_previous_token_head_and_the_slider_changes_the_picture(explorer):
     assert explorer.values() == {"step": CHECKPOINT_STEPS[-1], "layer": 0, "head": 0}
     assert list(explorer.controls["step"].options) == list(load_checkpoints().steps)
-    pictures = {explorer.png}
+    pictures = {explorer.picture}
     for step in (0, 200, 260):
         explorer.controls["step"].value = step
         assert explorer.data["step"] == step
-        pictures.add(explorer.png)
+        pictures.add(explorer.picture)
     assert len(pictures) == 4
     # The previous-token line is drawn only once it has formed.
     assert explorer.update(step=0).data["weights"].diagonal(-1).mean() < 0.3

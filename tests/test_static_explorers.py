@@ -19,7 +19,7 @@ from nbconvert import HTMLExporter
 from PIL import Image
 
 from mhsa_helpers.lessons import LESSONS
-from mhsa_helpers.teaching.explorer import DPI, STATIC_NOTE
+from mhsa_helpers.teaching.explorer import CSS_DPI, DPI, PIXEL_RATIO, STATIC_NOTE
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -34,9 +34,12 @@ def test_an_explorer_offers_its_picture_next_to_the_widget(item):
         assert WIDGET in data
         assert data["text/plain"].endswith(STATIC_NOTE)
         picture = Image.open(io.BytesIO(base64.b64decode(data["image/png"])))
-        # The figure (at DPI) plus the caption band, shown at its natural width.
+        # The figure (rendered at DPI) plus the caption band, shown at its natural width: a figure
+        # inch is CSS_DPI CSS pixels, so the picture has PIXEL_RATIO image pixels per CSS pixel.
         width, height = explorer.figure.get_size_inches()
-        assert picture.width == round(width * DPI) == metadata["image/png"]["width"]
+        assert picture.width == round(width * DPI)
+        assert metadata["image/png"]["width"] == round(width * CSS_DPI)
+        assert picture.width == PIXEL_RATIO * metadata["image/png"]["width"]
         assert picture.height > height * DPI
     finally:
         explorer.close()

@@ -1,12 +1,13 @@
 """The fixture notebook here is opened by the browser test, not collected by nbval.
 
-Both browser test modules launch the Chromium that :mod:`discovery` finds; without one they
+The browser tests launch the Chromium that :mod:`discovery` finds; without one they
 are skipped with a loud reason, except under CI, where a missing browser fails the run."""
 
 from __future__ import annotations
 
 import pytest
 from discovery import decide, find_chromium
+from lab import CHROMIUM_ARGS, LATENCY_ROWS, latency_table
 
 collect_ignore_glob = ["*.ipynb"]
 
@@ -25,7 +26,25 @@ def chromium_path() -> str:
     return decision.path
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    """One headless Chromium (Playwright) for every browser test of the session."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    rows = config.stash.get(LATENCY_ROWS, [])
+    if rows:
+        terminalreporter.section("explorer latency in JupyterLab (headless Chromium, keypress to render)")
+        for line in latency_table(rows):
+            terminalreporter.line(line)
     if _skipped:
         terminalreporter.section("browser tests", sep="!", bold=True, yellow=True)
         terminalreporter.line(_skipped[0], yellow=True, bold=True)

@@ -3,7 +3,7 @@
 The site is built once into a temporary folder with the same command as ``make site``
 (``sphinx-build -W --keep-going -E -b html -c book -d <doctrees> . <out>``: any Sphinx
 warning fails it), then served by a local HTTP server on 127.0.0.1 and opened by Chromium
-(found by ``discovery.find_chromium`` and launched as in test_jupyterlab.py: skipped with a
+(found by ``discovery.find_chromium`` and launched by the ``browser`` fixture of conftest.py: skipped with a
 loud reason without one, failed under CI).
 
 Every page of the registry's notebooks (lessons and solutions) must be there; on each, every
@@ -32,17 +32,6 @@ import pytest
 from mhsa_helpers.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parents[2]
-# The launch settings of test_jupyterlab.py.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 BUILD_TIMEOUT = 300
 LOAD_TIMEOUT_MS = 30_000
 COLAB_BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]+)\)")
@@ -128,18 +117,6 @@ class _Server(http.server.ThreadingHTTPServer):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def browser(chromium_path):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 class Visit:
