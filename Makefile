@@ -11,6 +11,7 @@
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
+#   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -49,6 +50,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale \
+	bench-model \
 	clean distclean FORCE
 
 help:
@@ -121,6 +123,9 @@ bench-explorers: setup
 bench-scale: setup
 	$(VENV_PY) benchmarks/bench_tiled.py
 	$(VENV_PY) benchmarks/bench_decode.py
+
+bench-model: setup
+	$(VENV_PY) benchmarks/bench_real_model.py
 
 clean:
 	rm -rf build dist .pytest_cache .hypothesis .ruff_cache .mypy_cache
