@@ -60,11 +60,7 @@ def estimated_minutes(path: Path) -> float:
     words = sum(prose_words(c.source) for c in notebook if c.cell_type == "markdown")
     code = [c for c in notebook if c.cell_type == "code"]
     exercises = sum("raise NotImplementedError" in c.source for c in code)
-    return (
-        words / WORDS_PER_MINUTE
-        + (len(code) - exercises) * MINUTES_PER_CODE_CELL
-        + exercises * MINUTES_PER_EXERCISE
-    )
+    return words / WORDS_PER_MINUTE + (len(code) - exercises) * MINUTES_PER_CODE_CELL + exercises * MINUTES_PER_EXERCISE
 
 
 def stated_minutes(path: Path) -> int:

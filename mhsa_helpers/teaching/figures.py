@@ -598,7 +598,7 @@ def mask_heatmap(
         ax.xaxis.tick_top()
     if title is not None:
         # Above the key numbers and the "key" label when they sit on top, else above the legend.
-        ax.set_title(title, fontsize=9, pad=18 if key_tokens is not None else 30)
+        ax.set_title(title, fontsize=9, pad=20 if key_tokens is not None else 30)
     return ax
 
 

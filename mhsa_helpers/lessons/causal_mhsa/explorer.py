@@ -26,8 +26,8 @@ from ..multi_head.explorer import (
     check_num_heads,
     heads_columns,
     heads_figsize,
-    heads_rows,
     heads_inputs,
+    heads_rows,
     seeded_module,
 )
 
