@@ -1,6 +1,6 @@
 """Notebooks 01-06 teach from what the learner can see and name their sources (issue 21).
 
-* Each of 01-06 ends with a ``## References`` section of public links, and cites its sources
+* Each of 01-06 (and its solutions notebook) ends with a ``## References`` section of public links, and cites its sources
   where it uses them: every reference's first author appears in the text above it.
 * No markdown or code cell of 01-09 (solutions included) points at material the learner cannot
   open: a printout, a "popular tutorial", a formula or code "that circulates".
@@ -21,6 +21,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 EARLY = sorted((ROOT / "notebooks").glob("0[1-6]_*.ipynb"))
+EARLY_SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("0[1-6]_*.ipynb"))
 WITH_SOLUTIONS_01_09 = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb")) + sorted(
     (ROOT / "notebooks" / "solutions").glob("0[1-9]_*.ipynb")
 )
@@ -74,9 +75,10 @@ def stated_minutes(path: Path) -> int:
 
 def test_six_early_notebooks_are_checked():
     assert [p.name[:2] for p in EARLY] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.name[:2] for p in EARLY_SOLUTIONS] == ["01", "02", "03", "04", "05", "06"]
 
 
-@pytest.mark.parametrize("path", EARLY, ids=ids(EARLY))
+@pytest.mark.parametrize("path", EARLY + EARLY_SOLUTIONS, ids=ids(EARLY + EARLY_SOLUTIONS))
 def test_last_cell_is_a_references_section_of_public_links(path):
     last = cells(path)[-1]
     assert last.cell_type == "markdown"
@@ -87,7 +89,7 @@ def test_last_cell_is_a_references_section_of_public_links(path):
     assert len(set(entries)) == len(entries), "a reference is listed twice"
 
 
-@pytest.mark.parametrize("path", EARLY, ids=ids(EARLY))
+@pytest.mark.parametrize("path", EARLY + EARLY_SOLUTIONS, ids=ids(EARLY + EARLY_SOLUTIONS))
 def test_every_paper_in_the_references_is_cited_in_the_text(path):
     notebook = cells(path)
     text = "\n".join(c.source for c in notebook[:-1] if c.cell_type == "markdown")
@@ -101,7 +103,7 @@ def test_every_paper_in_the_references_is_cited_in_the_text(path):
 
 
 def test_vaswani_is_cited_with_its_real_arxiv_number_everywhere():
-    for path in EARLY:
+    for path in EARLY + EARLY_SOLUTIONS:
         refs = cells(path)[-1].source
         if "Vaswani" in refs:
             assert "*Attention Is All You Need*" in refs and "https://arxiv.org/abs/1706.03762" in refs
