@@ -1,7 +1,8 @@
 """Notebooks 01-06 teach from what the learner can see and name their sources (issue 21).
 
-* Each of 01-06 (and its solutions notebook) ends with a ``## References`` section of public links, and cites its sources
-  where it uses them: every reference's first author appears in the text above it.
+* Each of 01-06 (and its solutions notebook) ends with a ``## References`` section of public
+  links, and cites its sources where it uses them: every paper's first author and year appear in
+  the text above it.
 * No markdown or code cell of 01-09 (solutions included) points at material the learner cannot
   open: a printout, a "popular tutorial", a formula or code "that circulates".
 * The reading time each of 01-06 states matches its words, code cells and exercises.
