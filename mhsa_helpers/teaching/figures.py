@@ -503,11 +503,14 @@ def head_grid(
     title: str | None = None,
     figsize: tuple[float, float] | None = None,
     highlight: int | None = None,
+    annotate: bool = True,
 ) -> Figure:
     """One heatmap per head: ``weights (heads, seq_q, seq_k)``, ``ncols`` heads per row.
 
     ``tokens`` label both axes (self-attention: seq_q == seq_k). ``highlight`` (0-based)
-    frames one head in red. Returns the new Figure.
+    frames one head in red. ``annotate=False`` leaves the cells without numbers (the
+    colour bar reads them); with ``True`` they are written where the grid is small enough
+    for them (see :class:`HeadGrid`). Returns the new Figure.
     """
     values = as_array("weights", weights)
     if values.ndim != 3 or 0 in values.shape:
@@ -530,7 +533,17 @@ def head_grid(
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=figsize)
-    grid = HeadGrid(fig, values, tokens=tokens, ncols=cols, title=title, colorbar="attention weight")
+    if not isinstance(annotate, bool):
+        raise TypeError(f"annotate must be True or False, got {annotate!r}")
+    grid = HeadGrid(
+        fig,
+        values,
+        tokens=tokens,
+        ncols=cols,
+        title=title,
+        colorbar="attention weight",
+        annotate="auto" if annotate else "none",
+    )
     grid.set_values(values, highlight)
     return fig
 
@@ -572,8 +585,10 @@ def mask_heatmap(
             Patch(color=MASK_COLORS[1], label="may attend (True)"),
             Patch(color=MASK_COLORS[0], label="blocked (False)"),
         ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.02 if key_tokens is None else -0.25),
+        # Where nothing else is: below the axes when the key numbers sit on top, and above the
+        # axes (under the title) when word labels hang below them, whatever their length.
+        loc="upper center" if key_tokens is None else "lower center",
+        bbox_to_anchor=(0.5, -0.02) if key_tokens is None else (0.5, 1.0),
         ncol=2,
         fontsize=7,
         frameon=False,
@@ -582,8 +597,8 @@ def mask_heatmap(
     if key_tokens is None:
         ax.xaxis.tick_top()
     if title is not None:
-        # Above the key numbers and the "key" label when they sit on top.
-        ax.set_title(title, fontsize=9, pad=6 if key_tokens is not None else 30)
+        # Above the key numbers and the "key" label when they sit on top, else above the legend.
+        ax.set_title(title, fontsize=9, pad=20 if key_tokens is not None else 30)
     return ax
 
 

@@ -31,8 +31,8 @@ METHODS = {"neg_inf": masked_softmax_neg_inf, "renormalize": masked_softmax_reno
 
 def journey_projections() -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor, torch.Tensor]:
     """The 6 tokens of "Your journey starts with one step" projected by ``W_query, W_key, W_value``
-    (``torch.manual_seed(789)``, then three ``nn.Linear(3, 3, bias=False)`` in that order, as a popular
-    tutorial builds them): ``(tokens, q, k, v)``, each ``(6, 3)``."""
+    (``torch.manual_seed(789)``, then three ``nn.Linear(3, 3, bias=False)`` in that order, as notebooks 02
+    and 03 build them): ``(tokens, q, k, v)``, each ``(6, 3)``."""
     tokens, inputs = your_journey_starts_with_one_step()
     with seeded(JOURNEY_SEED):
         w_query, w_key, w_value = (torch.nn.Linear(3, 3, bias=False) for _ in range(3))

@@ -27,6 +27,7 @@ from ..multi_head.explorer import (
     heads_columns,
     heads_figsize,
     heads_inputs,
+    heads_rows,
     seeded_module,
 )
 
@@ -41,6 +42,7 @@ def base_label(rope: bool) -> str:
 class _MHSAExplorer(Explorer):
     options_controls = ("rope",)  # RoPE needs an even d_head, so it narrows the head counts
     figsize = (8.5, 3.9)
+    one_row_height = 3.1
 
     def __init__(self, d_model: int, num_heads: int, seq_len: int, rope: bool, base: float, causal: bool) -> None:
         self.d_model = d_model
@@ -103,7 +105,11 @@ class _MHSAExplorer(Explorer):
         return data["num_heads"], data["seq_len"]
 
     def _figsize(self, data):
-        return heads_figsize(self.figsize, data["num_heads"])
+        width, height = heads_figsize(self.figsize, data["num_heads"])
+        if heads_rows(data["num_heads"]) == 1 and heads_columns(data["num_heads"]) >= 3:
+            # One row of three or more square panels is short: a lower figure, not a blank band under it.
+            height = self.one_row_height
+        return width, height
 
     def _build(self, fig, data):
         grid = HeadGrid(

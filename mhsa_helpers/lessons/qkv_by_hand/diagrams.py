@@ -21,7 +21,7 @@ def one_head_diagram(tokens: tuple[str, ...] = ("Money", "Bank", "Grows"), d_k: 
         raise ValueError(f"tokens must be a non-empty tuple of strings, got {tokens!r}")
     n = len(words)
     step = n + 2.4  # a tensor, its name above and its shape below
-    canvas = Canvas(width=3 * d_k + 2 * n + 19.5, height=3 * step + 1.2, title="one head of attention", scale=0.38)
+    canvas = Canvas(width=3 * d_k + 2 * n + 23.8, height=3 * step + 1.2, title="one head of attention", scale=0.38)
     k_y = step + 0.4
     e = canvas.tensor("E", rows=n, cols=d_k, at=(3.0, k_y), shape="(seq, d_in)", row_labels=words)
     x = e.x + d_k + 3.0
@@ -30,7 +30,9 @@ def one_head_diagram(tokens: tuple[str, ...] = ("Money", "Bank", "Grows"), d_k: 
     v = canvas.tensor("V", rows=n, cols=d_k, at=(x, k_y - step), color="value", shape="(seq, d_k)")
     for target, label in ((q, "· W_Q"), (k, "· W_K"), (v, "· W_V")):
         canvas.arrow(e.right, target.left, label, label_offset=(-0.3, 0.05))
-    product = canvas.op("Q Kᵀ / √d_k", at=(q.x + d_k + 2.6, k.center[1]), width=3.4)
+    # The scores' rows are labelled with the words: the arrow into them runs between two labels.
+    between_labels = k_y + (n + 1) // 2
+    product = canvas.op("Q Kᵀ / √d_k", at=(q.x + d_k + 2.6, between_labels), width=3.4)
     canvas.arrow(q.right, product.top)
     canvas.arrow(k.right, product.left)
     x = product.x + product.width + 3.2
@@ -44,12 +46,14 @@ def one_head_diagram(tokens: tuple[str, ...] = ("Money", "Bank", "Grows"), d_k: 
         row_labels=words,
         col_labels=words,
     )
-    canvas.arrow(product.right, (scores.x - 2.2, scores.center[1]))
+    canvas.arrow(product.right, (scores.x, between_labels))
     x = scores.x + n + 2.8
     weights = canvas.tensor("weights", rows=n, cols=n, at=(x, k_y), color="weights", shape="each row\nsums to 1")
     canvas.arrow(scores.right, weights.left, "softmax\nper row")
-    x = weights.x + n + 2.6
-    c = canvas.tensor("C", rows=n, cols=d_k, at=(x, k_y), color="output", shape="weights · V\n(seq, d_k)")
-    canvas.arrow(weights.right, c.left)
-    canvas.arrow(v.right, (c.center[0], c.y - 1.6), bend=0.12)
+    # The weights average the values: V comes in from below.
+    mix = canvas.op("weights · V", at=(weights.x + n + 2.9, weights.center[1]), width=3.0)
+    canvas.arrow(weights.right, mix.left)
+    canvas.arrow(v.right, mix.bottom, bend=0.2)
+    c = canvas.tensor("C", rows=n, cols=d_k, at=(mix.x + mix.width + 1.8, k_y), color="output", shape="(seq, d_k)")
+    canvas.arrow(mix.right, c.left)
     return canvas.figure
