@@ -274,7 +274,7 @@ class _CacheExplorer(Explorer):
         for bar, label, height in zip(bars, labels, data["gib"], strict=True):
             bar.set_height(height)
             label.set_position((bar.get_x() + bar.get_width() / 2, height))
-            label.set_text(format_bytes(int(round(height * 2**30))))
+            label.set_text(format_bytes(int(float(height) * 2**30 + 0.5)))
         ax.set_ylim(0.0, 1.18 * float(data["gib"].max()))
         ax.set_title(f"{data['model']} · {data['tokens']} tokens · batch {data['batch']} · {data['dtype']}", fontsize=9)
 
