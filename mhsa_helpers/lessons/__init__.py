@@ -169,8 +169,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Mistakes that circulate",
         circulating_mistakes,
         "bug_zoo_explorer",
-        "appendix: wrong versions of the formulas that get copied, what each computes, and a zoo of attention "
-        "bugs that shipped in real code, each next to its fix",
+        "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of attention "
+        "bugs in code (six reported and fixed in public projects, linked; two illustrations), each next to its fix",
     ),
 )
 
