@@ -1,8 +1,9 @@
 """The bug zoo of notebook 10: attention bugs that run without an error and give wrong results,
 each run next to its fix on a tiny example.
 
-Six of them were reported and fixed in public code: their :attr:`Bug.reports` link the issue or
-pull request (:class:`Report`), so a learner can open what happened. The other two have no
+Six of them were reported in public projects: their :attr:`Bug.reports` link the issue or pull
+request (:class:`Report`), so a learner can open what happened; five of them link the pull request
+that fixed it, the sixth an issue its maintainer confirmed and closed. The other two have no
 report cited here: they are illustrations of a failure, and say so (:attr:`Bug.history` is False).
 
 Every :class:`Bug` has a name, the symptom a user would have seen, and :meth:`Bug.run`, which
@@ -69,7 +70,7 @@ class Report:
 class Bug:
     """One bug: ``name``, ``mistake`` (what the code did), ``seen`` (the symptom), ``fix`` (one line),
     ``run()`` -> :class:`BugDemo`, and ``reports``: the public issues or pull requests where it was
-    reported and fixed (empty for an illustration)."""
+    reported or fixed (empty for an illustration)."""
 
     name: str
     mistake: str
@@ -85,10 +86,10 @@ class Bug:
 
     @property
     def provenance(self) -> str:
-        """One line for the learner: where it was reported and fixed, or that it is an illustration."""
+        """One line for the learner: where it was reported (and fixed), or that it is an illustration."""
         if not self.reports:
             return "an illustration: no public report is cited for this one"
-        return "reported and fixed: " + "; ".join(f"{r.where} ({r.what})" for r in self.reports)
+        return "reported: " + "; ".join(f"{r.where} ({r.what})" for r in self.reports)
 
 
 def _damage(buggy: torch.Tensor, fixed: torch.Tensor) -> float:
