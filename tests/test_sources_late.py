@@ -116,7 +116,7 @@ def test_bug_zoo_captions_fit_two_lines_and_name_the_provenance():
         for item in BUGS:
             explorer.update(bug=item.name)
             caption = explorer.data["caption"]
-            assert len(caption) <= 300, (item.name, len(caption))
+            assert len(caption) <= 280, (item.name, len(caption))  # two lines of the picture's caption band
             assert ("reported in" in caption) == item.history
             assert ("illustration" in caption) == (not item.history)
     finally:
