@@ -259,3 +259,12 @@ def test_stated_reading_time_matches_the_words_and_cells(path):
     estimate = words / 150 + lines / 25 + 5 * exercises
     assert abs(stated - estimate) <= 5, (stated, round(estimate, 1))
     assert stated <= 45
+
+
+@pytest.mark.parametrize("path", [NB08, NB10], ids=lambda p: p.stem)
+def test_sections_are_numbered_in_order_and_cross_references_exist(path):
+    headings = [re.match(r"## (\d+)\. ", line) for cell in markdown(path) for line in cell.splitlines()]
+    numbers = [int(match.group(1)) for match in headings if match]
+    assert numbers == list(range(1, len(numbers) + 1))
+    for cited in re.findall(r"section (\d+)", text_of(path)):
+        assert int(cited) in numbers
