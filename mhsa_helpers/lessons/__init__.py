@@ -170,7 +170,7 @@ LESSONS: tuple[Lesson, ...] = (
         circulating_mistakes,
         "bug_zoo_explorer",
         "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of attention "
-        "bugs in code (six reported in public projects, linked; two illustrations), each next to its fix",
+        "bugs in code (seven reported in public projects, linked; one illustration), each next to its fix",
     ),
 )
 

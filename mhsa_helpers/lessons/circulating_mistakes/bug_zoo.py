@@ -1,10 +1,11 @@
 """The bug zoo of notebook 10: attention bugs that run without an error and give wrong results,
 each run next to its fix on a tiny example.
 
-Six of them were reported in public projects: their :attr:`Bug.reports` link the issue or pull
-request (:class:`Report`), so a learner can open what happened; five of them link the pull request
-that fixed it, the sixth an issue its maintainer confirmed and closed. The other two have no
-report cited here: they are illustrations of a failure, and say so (:attr:`Bug.history` is False).
+Seven of them were reported in public projects: their :attr:`Bug.reports` link the issue or pull
+request (:class:`Report`), so a learner can open what happened. Five link the pull request that
+fixed the bug; one links an issue its maintainer confirmed and closed, one an issue still open. The
+last one has no report cited here: it is an illustration of a failure, and says so
+(:attr:`Bug.history` is False).
 
 Every :class:`Bug` has a name, the symptom a user would have seen, and :meth:`Bug.run`, which
 computes the buggy and the fixed result on the same small inputs and returns a
@@ -402,6 +403,13 @@ BUGS: tuple[Bug, ...] = (
         "outputs that do not match the reference module's, with the right shape",
         "apply W_O to the merged heads (out_proj)",
         _missing_output_projection,
+        (
+            Report(
+                "Kyubyong/transformer#117",
+                "https://github.com/Kyubyong/transformer/issues/117",
+                "its multi-head attention concatenates the heads with no projection after them; still open",
+            ),
+        ),
     ),
     Bug(
         "GQA with repeat",
