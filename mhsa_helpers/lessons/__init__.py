@@ -169,8 +169,8 @@ LESSONS: tuple[Lesson, ...] = (
         "Mistakes that circulate",
         circulating_mistakes,
         "bug_zoo_explorer",
-        "appendix: wrong versions of the formulas that get copied, what each computes, and a zoo of attention "
-        "bugs that shipped in real code, each next to its fix",
+        "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of attention "
+        "bugs in code (seven reported in public projects, linked; one illustration), each next to its fix",
     ),
 )
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ...checks import check_choice, check_int
-from ...kv_cache_memory import BYTES_PER_ELEMENT, PRESETS, kv_cache_variants
+from ...kv_cache_memory import BYTES_PER_ELEMENT, PRESETS, format_bytes, kv_cache_variants
 from ...teaching.diagrams import head_colors
 from ...teaching.explorer import SLIDER, Explorer, check_bool, divisors, to_numpy
 from ...teaching.figures import Heatmap
@@ -23,8 +23,13 @@ _ROW = torch.tensor(
 )
 
 
+#: The normaliser axis's top: the largest normaliser any tile size reaches on _ROW, plus a margin,
+#: so that moving the slider moves the line, never the axis.
+_NORMALISER_TOP = 1.15 * max(float(online_softmax_trace(_ROW, tile).normaliser.max()) for tile in range(1, 17))
+
+
 class _TilesExplorer(Explorer):
-    figsize = (8.0, 3.7)
+    figsize = (8.0, 3.5)
 
     def __init__(self, tile_size: int, causal: bool) -> None:
         controls = {
@@ -61,7 +66,7 @@ class _TilesExplorer(Explorer):
     def _build(self, fig, data):
         from matplotlib.colors import ListedColormap
 
-        left = fig.add_axes((0.06, 0.15, 0.34, 0.7))
+        left = fig.add_axes((0.06, 0.14, 0.34, 0.76))
         cmap = ListedColormap(["#f0f0f0", "#fcbba1", "#9ecae1"])
         blocks = Heatmap(
             left,
@@ -79,17 +84,30 @@ class _TilesExplorer(Explorer):
         for edge in range(0, 17, data["tile_size"]):
             left.axvline(edge - 0.5, color="black", lw=1.2)
             left.axhline(edge - 0.5, color="black", lw=1.2)
-        right = fig.add_axes((0.52, 0.15, 0.44, 0.7))
+        # Right: the row's scores with the running maximum (top) and the normaliser (bottom), each
+        # on its own labelled axis. Each tile's value is drawn across the keys of that tile.
         ends = data["ends"]
-        right.plot(range(1, 17), to_numpy(_ROW), "o", color="0.6", markersize=3, label="scores of the row")
-        (maximum,) = right.step(ends, data["running_max"], where="post", color="#d62728", label="running max")
-        (normaliser,) = right.step(ends, data["normaliser"], where="post", color="#2171b5", label="normaliser")
-        right.set_xlim(0.5, 16.5)
-        right.set_ylim(-2.5, max(4.0, data["final_normaliser"] + 0.5))
-        right.set_xlabel("keys read so far", fontsize=8)
-        right.legend(fontsize=7, loc="upper left")
-        right.tick_params(labelsize=7)
-        right.grid(True, alpha=0.3)
+        xs = [0.5] + [end + 0.5 for end in ends]
+        top = fig.add_axes((0.52, 0.53, 0.44, 0.37))
+        top.plot(range(1, 17), to_numpy(_ROW), "o", color="0.6", markersize=3, label="scores of the row")
+        (maximum,) = top.step(
+            xs, [data["running_max"][0], *data["running_max"]], where="pre", color="#d62728", label="running max m"
+        )
+        top.plot(ends, data["running_max"], "s", color="#d62728", markersize=3)
+        top.set_xlim(0.5, 16.5)
+        top.set_ylim(-2.5, 4.0)
+        top.set_ylabel("score", fontsize=8)
+        top.tick_params(labelsize=7, labelbottom=False)
+        top.legend(fontsize=7, loc="upper left")
+        top.grid(True, alpha=0.3)
+        bottom = fig.add_axes((0.52, 0.14, 0.44, 0.34), sharex=top)
+        (normaliser,) = bottom.step(xs, [data["normaliser"][0], *data["normaliser"]], where="pre", color="#2171b5")
+        bottom.plot(ends, data["normaliser"], "s", color="#2171b5", markersize=3)
+        bottom.set_ylim(0.0, _NORMALISER_TOP)
+        bottom.set_ylabel("normaliser ℓ", fontsize=8)
+        bottom.set_xlabel("keys read so far", fontsize=8)
+        bottom.tick_params(labelsize=7)
+        bottom.grid(True, alpha=0.3)
         return blocks, maximum, normaliser, left
 
     def _update(self, artists, data):
@@ -119,7 +137,7 @@ def tiles_explorer(*, tile_size: int = 4, causal: bool = True) -> Explorer:
 
 
 class _KVHeadsExplorer(Explorer):
-    figsize = (8.0, 2.6)
+    figsize = (8.0, 2.0)
 
     def __init__(self, num_heads: int, num_kv_heads: int) -> None:
         self.num_heads = num_heads
@@ -147,9 +165,9 @@ class _KVHeadsExplorer(Explorer):
         return data["num_kv_heads"]
 
     def _build(self, fig, data):
-        ax = fig.add_axes((0.02, 0.05, 0.96, 0.85))
+        ax = fig.add_axes((0.02, 0.02, 0.96, 0.96))
         ax.set_xlim(-0.5, self.num_heads - 0.5)
-        ax.set_ylim(-0.6, 1.6)
+        ax.set_ylim(-0.4, 1.4)
         ax.axis("off")
         colors = head_colors(data["num_kv_heads"])
         for h, g in enumerate(data["reads"]):
@@ -241,19 +259,23 @@ class _CacheExplorer(Explorer):
 
     def _build(self, fig, data):
         ax = fig.add_axes((0.12, 0.2, 0.84, 0.68))
+        # A linear axis, so that bar lengths compare: MQA's bar is 1/num_heads of MHA's. The axis
+        # follows the largest bar (MHA's), and each bar carries its value.
         bars = ax.bar(range(3), data["gib"], color=["#9ecae1", "#fdae6b", "#a1d99b"])
         ax.set_xticks(range(3), data["names"], fontsize=8)
         ax.set_ylabel("GiB", fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylim(1e-3, 1e5)  # fixed: a slider moves the bars, never the axis
         ax.tick_params(labelsize=7)
         ax.grid(True, axis="y", alpha=0.3)
-        return bars, ax
+        labels = [ax.text(i, 0.0, "", ha="center", va="bottom", fontsize=8) for i in range(3)]
+        return bars, labels, ax
 
     def _update(self, artists, data):
-        bars, ax = artists
-        for bar, height in zip(bars, data["gib"], strict=True):
+        bars, labels, ax = artists
+        for bar, label, height in zip(bars, labels, data["gib"], strict=True):
             bar.set_height(height)
+            label.set_position((bar.get_x() + bar.get_width() / 2, height))
+            label.set_text(format_bytes(int(float(height) * 2**30 + 0.5)))
+        ax.set_ylim(0.0, 1.18 * float(data["gib"].max()))
         ax.set_title(f"{data['model']} · {data['tokens']} tokens · batch {data['batch']} · {data['dtype']}", fontsize=9)
 
     def _dynamic(self, artists):

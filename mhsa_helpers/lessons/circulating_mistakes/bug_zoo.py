@@ -1,5 +1,11 @@
-"""The bug zoo of notebook 10: attention bugs that real, widely used code has shipped and later
-fixed, each run next to its fix on a tiny example.
+"""The bug zoo of notebook 10: attention bugs that run without an error and give wrong results,
+each run next to its fix on a tiny example.
+
+Seven of them were reported in public projects: their :attr:`Bug.reports` link the issue or pull
+request (:class:`Report`), so a learner can open what happened. Five link the pull request that
+fixed the bug; one links an issue its maintainer confirmed and closed, one an issue still open. The
+last one has no report cited here: it is an illustration of a failure, and says so
+(:attr:`Bug.history` is False).
 
 Every :class:`Bug` has a name, the symptom a user would have seen, and :meth:`Bug.run`, which
 computes the buggy and the fixed result on the same small inputs and returns a
@@ -26,7 +32,7 @@ from ...masking import causal_mask
 from ...rope import apply_rotary, rope_angles
 from ...softmax import softmax
 
-__all__ = ["BUGS", "Bug", "BugDemo", "bug", "bug_names"]
+__all__ = ["BUGS", "Bug", "BugDemo", "Report", "bug", "bug_names"]
 
 _TOKENS = ("Your", "journey", "starts", "with", "one", "step")
 
@@ -52,15 +58,39 @@ class BugDemo:
 
 
 @dataclass(frozen=True)
+class Report:
+    """A public issue or pull request where a bug was reported or fixed: ``where`` (``owner/repo#number``),
+    ``url`` (its GitHub address) and ``what`` (what it says, in a few words)."""
+
+    where: str
+    url: str
+    what: str
+
+
+@dataclass(frozen=True)
 class Bug:
-    """One bug: ``name``, ``mistake`` (what the code did), ``seen`` (the symptom users reported),
-    ``fix`` (one line), and ``run()`` -> :class:`BugDemo`."""
+    """One bug: ``name``, ``mistake`` (what the code did), ``seen`` (the symptom), ``fix`` (one line),
+    ``run()`` -> :class:`BugDemo`, and ``reports``: the public issues or pull requests where it was
+    reported or fixed (empty for an illustration)."""
 
     name: str
     mistake: str
     seen: str
     fix: str
     run: Callable[[], BugDemo]
+    reports: tuple[Report, ...] = ()
+
+    @property
+    def history(self) -> bool:
+        """True when the bug links a public report; False for an illustration."""
+        return bool(self.reports)
+
+    @property
+    def provenance(self) -> str:
+        """One line for the learner: where it was reported (and fixed), or that it is an illustration."""
+        if not self.reports:
+            return "an illustration: no public report is cited for this one"
+        return "reported: " + "; ".join(f"{r.where} ({r.what})" for r in self.reports)
 
 
 def _damage(buggy: torch.Tensor, fixed: torch.Tensor) -> float:
@@ -158,8 +188,8 @@ def _rope_pairing() -> BugDemo:
         _TOKENS,
         _TOKENS,
         _damage(buggy, fixed),
-        f"no error, no NaN: every weight is a little off (by up to {_damage(buggy, fixed):.2f}), "
-        "and a pretrained model produces fluent-looking nonsense",
+        f"no error, no NaN: plausible weights, off by up to {_damage(buggy, fixed):.2f}; through all the "
+        "layers of a pretrained model that is enough for gibberish",
     )
 
 
@@ -276,20 +306,56 @@ BUGS: tuple[Bug, ...] = (
         "a causal model that reads the future, and rows of zeros where nothing is left",
         "pass ~blocked (or build the mask as True = may attend, like causal_mask)",
         _inverted_mask,
+        (
+            Report(
+                "rasbt/LLMs-from-scratch#1061",
+                "https://github.com/rasbt/LLMs-from-scratch/issues/1061",
+                "a torch.triu(...).bool() mask passed to F.scaled_dot_product_attention; confirmed and closed",
+            ),
+        ),
     ),
     Bug(
         "additive -10000 mask",
-        "blocked scores masked by adding -10000 instead of filling with -inf",
-        "fine in tests, wrong on inputs whose scores are very negative (large activations, fp16)",
-        "masked_fill(~allowed, -inf), or the dtype's minimum with masked_fill, never an addition",
+        "blocked scores masked by adding -10000, a constant that is not far enough below the real scores",
+        "fine in tests, wrong once real scores fall below about -10000 (large activations, long training)",
+        "keep the addition, change the constant: -inf, or the dtype's minimum torch.finfo(dtype).min",
         _large_negative_mask,
+        (
+            Report(
+                "huggingface/transformers#14859",
+                "https://github.com/huggingface/transformers/issues/14859",
+                "training T5 from scratch, raw scores went below -1e4 and the mask no longer removed keys",
+            ),
+            Report(
+                "huggingface/transformers#17306",
+                "https://github.com/huggingface/transformers/pull/17306",
+                "'Fix -1e4 as attn mask': the added constant becomes torch.finfo(dtype).min",
+            ),
+        ),
     ),
     Bug(
         "RoPE pairing mismatch",
         "weights laid out for half-split pairs rotated as interleaved pairs (or the reverse)",
-        "a converted checkpoint that loads without error and generates nonsense",
+        "a converted checkpoint that loads without error and generates gibberish",
         "use the checkpoint's convention, or permute the q/k rows (permute_rope_weight)",
         _rope_pairing,
+        (
+            Report(
+                "jzhang38/TinyLlama#24",
+                "https://github.com/jzhang38/TinyLlama/issues/24",
+                "TinyLlama converted for llama.cpp generated gibberish: its q/k rows were permuted wrongly",
+            ),
+            Report(
+                "ggml-org/llama.cpp#3364",
+                "https://github.com/ggml-org/llama.cpp/pull/3364",
+                "the converter's permute fixed for grouped-query models",
+            ),
+            Report(
+                "ggml-org/llama.cpp#22611",
+                "https://github.com/ggml-org/llama.cpp/pull/22611",
+                "a conversion path that skipped the q/k permutation: perplexity 4419 instead of 44",
+            ),
+        ),
     ),
     Bug(
         "keys cached before RoPE",
@@ -301,30 +367,63 @@ BUGS: tuple[Bug, ...] = (
     Bug(
         "top-left causal mask with a cache",
         "is_causal=True (or a square tril) used when the queries are the last tokens of a longer sequence",
-        "chunked prefill or speculative decoding gives different tokens than one-by-one decoding",
+        "decoding with a cache, or prefilling in chunks, gives different results than one full pass",
         "align the mask bottom-right: query i sits at position seq_k - seq_q + i (causal_mask(seq_q, seq_k))",
         _top_left_causal,
+        (
+            Report(
+                "EleutherAI/gpt-neox#1178",
+                "https://github.com/EleutherAI/gpt-neox/pull/1178",
+                "a KV cache with FlashAttention's causal=True gave inaccurate results",
+            ),
+            Report(
+                "onnx/onnx#8068",
+                "https://github.com/onnx/onnx/pull/8068",
+                "the ONNX Attention operator's is_causal moved from top-left to bottom-right for KV-cache decoding",
+            ),
+        ),
     ),
     Bug(
         "missing 1/√d_k",
         "scores q·kᵀ used without dividing by √d_k",
-        "training that stalls: near-one-hot weights and vanishing gradients as d_k grows",
+        "over-peaked softmax: outputs far from the reference model's, and vanishing gradients in training",
         "divide by √d_k (scale=None in the package and in PyTorch)",
         _missing_scale,
+        (
+            Report(
+                "mlc-ai/mlc-llm#3426",
+                "https://github.com/mlc-ai/mlc-llm/pull/3426",
+                "a fallback attention path used scale 1.0: BERT embeddings at cosine 0.862 to the reference",
+            ),
+        ),
     ),
     Bug(
         "missing output projection",
         "the merged heads returned without W_O",
-        "weights that load with a warning about an unused out_proj, and outputs that do not match",
+        "outputs that do not match the reference module's, with the right shape",
         "apply W_O to the merged heads (out_proj)",
         _missing_output_projection,
+        (
+            Report(
+                "Kyubyong/transformer#117",
+                "https://github.com/Kyubyong/transformer/issues/117",
+                "its multi-head attention concatenates the heads with no projection after them; still open",
+            ),
+        ),
     ),
     Bug(
         "GQA with repeat",
         "key/value heads expanded with repeat (tiling 0, 1, 0, 1) instead of repeat_interleave (0, 0, 1, 1)",
-        "a grouped-query model that runs and is subtly wrong in half of its heads",
+        "a grouped-query model that runs and is wrong in some of its heads (how many depends on the shape)",
         "k.repeat_interleave(groups, dim=1), or enable_gqa=True in F.scaled_dot_product_attention",
         _gqa_repeat,
+        (
+            Report(
+                "ekzhang/jax-js#180",
+                "https://github.com/ekzhang/jax-js/pull/180",
+                "'Fix GQA semantics': key/value heads were tiled instead of repeated",
+            ),
+        ),
     ),
 )
 

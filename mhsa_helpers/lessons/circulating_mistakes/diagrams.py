@@ -1,5 +1,5 @@
 """Notebook 10's schematic diagram: the attention recipe as a data flow, with a numbered marker
-at every step where a circulating mistake or a shipped bug goes wrong."""
+at every step where a mistake that gets copied or a bug in code goes wrong."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Notebook 10's explorer: pick a bug of the zoo and see its result next to the fix, on one
-colour scale, with the symptom measured."""
+colour scale, with the code's mistake and its fix above, and the symptom measured and where the
+bug was reported (or that it is an illustration) in the caption."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class _BugZooExplorer(Explorer):
             "mistake": item.mistake,
             "fix": item.fix,
             "symptom": demo.symptom,
+            "reports": [report.where for report in item.reports],
             "kind": demo.kind,
             "rows": list(demo.rows),
             "cols": list(demo.cols),
@@ -52,7 +54,7 @@ class _BugZooExplorer(Explorer):
         weights = data["kind"] == "weights"
         panels = []
         for left, title in ((0.1, "with the bug"), (0.55, "fixed")):
-            ax = fig.add_axes((left, 0.22, 0.34, 0.6))
+            ax = fig.add_axes((left, 0.2, 0.34, 0.58))
             panel = Heatmap(
                 ax,
                 data["buggy"],
@@ -68,30 +70,40 @@ class _BugZooExplorer(Explorer):
             )
             ax.set_title(title, fontsize=9)
             panels.append(panel)
-        bar = fig.add_axes((0.92, 0.22, 0.015, 0.6))
+        bar = fig.add_axes((0.92, 0.2, 0.015, 0.58))
         colorbar = fig.colorbar(panels[1].image, cax=bar)
         colorbar.set_label("attention weight" if weights else "output value", fontsize=7)
         colorbar.ax.tick_params(labelsize=6)
-        return panels
+        # What the code did and the fix, above the panels: they change with the bug.
+        texts = [fig.text(0.02, y, "", fontsize=8, va="center") for y in (0.955, 0.905)]
+        return panels, texts
 
     def _update(self, artists, data):
-        buggy, fixed = artists
+        (buggy, fixed), (code, fix) = artists
         if data["kind"] != "weights":
-            for panel in artists:
+            for panel in (buggy, fixed):
                 panel.set_range(-data["limit"], data["limit"])
         buggy.set_values(data["buggy"])
         fixed.set_values(data["fixed"])
+        code.set_text(f"the code: {data['mistake']}")
+        fix.set_text(f"the fix: {data['fix']}")
 
     def _dynamic(self, artists):
-        return [artist for panel in artists for artist in panel.dynamic()]
+        panels, texts = artists
+        return [artist for panel in panels for artist in panel.dynamic()] + list(texts)
 
     def _caption_text(self, data):
-        return f"{data['bug']}: {data['mistake']}. What it did: {data['symptom']}. Fix: {data['fix']}."
+        where = (
+            "reported in " + ", ".join(data["reports"])
+            if data["reports"]
+            else "an illustration (no public report cited)"
+        )
+        return f"{data['bug']}: {data['symptom']} · {where}"
 
 
 def bug_zoo_explorer(*, bug: str = "inverted boolean mask") -> Explorer:
     """Pick a bug of :data:`~.bug_zoo.BUGS`: its result (left) next to the fixed code's (right), one
-    colour scale for both. data: ``bug``, ``mistake``, ``fix``, ``symptom``, ``kind``
+    colour scale for both. data: ``bug``, ``mistake``, ``fix``, ``symptom``, ``reports``, ``kind``
     (``"weights"`` or ``"output"``), ``buggy`` and ``fixed`` (2-D), ``damage`` (largest difference)."""
     check_choice("bug", bug, bug_names())
     return _BugZooExplorer(bug)
