@@ -1,13 +1,13 @@
-"""The toy data of the series, as the source notes print it (used from notebook 01 on).
+"""The toy data of the series (used from notebook 01 on).
 
 * "Money Bank Grows" (notebook 01): 3 words, 3-D embeddings, two heads with
-  hand-written ``W_Q, W_K, W_V`` and an output matrix ``W_O`` — exactly as printed.
+  hand-written ``W_Q, W_K, W_V`` and an output matrix ``W_O``.
 * "Your journey starts with one step" (notebooks 02 and 03, as in LLMs-from-scratch): 6 words x 3 features.
 * "She loves cats": a four-word vocabulary.
 * "The man saw the astronomer with the telescope" (notebook 04): the ambiguous sentence
   that motivates several heads.
 
-The notes write ``Q = E @ W`` with ``W`` of shape ``(d_in, d_out)``; the matrices are
+Worked by hand, ``Q = E @ W`` with ``W`` of shape ``(d_in, d_out)``; the matrices are
 returned in that layout, so load them with ``layout="in_out"``.
 """
 
@@ -20,7 +20,6 @@ import torch
 from .checks import check_positive_int
 
 __all__ = [
-    "AS_COMMONLY_PRINTED",
     "SHE_LOVES_CATS_VOCAB",
     "TELESCOPE_SENTENCE",
     "THE_CAT_SAT_SENTENCE",
@@ -39,9 +38,9 @@ class MoneyBankGrows:
     tokens: ``("Money", "Bank", "Grows")``
     embeddings: ``(3, 3)``, one row per token.
     w_q, w_k, w_v: two ``(d_in=3, d_head=3)`` matrices each, head 1 then head 2, used as ``E @ W``.
-    w_o: ``(3, 6)`` exactly as the notes print it. ``Concat(C^1, C^2)`` is ``(3, 6)``, so the
-        notes' ``O = C @ W_O`` cannot be computed; the printed matrix is ``W_O`` in PyTorch's
-        ``(d_out, d_in)`` layout, i.e. ``O = C @ w_o.T`` with shape ``(3, 3)``.
+    w_o: ``(3, 6)``, ``W_O`` in PyTorch's ``(d_out, d_in)`` layout: ``Concat(C^1, C^2)`` is
+        ``(3, 6)`` and ``O = C @ w_o.T`` has shape ``(3, 3)`` (``C @ w_o`` cannot be computed:
+        notebook 10 runs that mistake).
     """
 
     tokens: tuple[str, ...]
@@ -85,15 +84,6 @@ def money_bank_grows(dtype: torch.dtype = torch.float64) -> MoneyBankGrows:
             ]
         ),
     )
-
-
-#: The vectors a widely copied write-up of this example prints for "Money" in head 1 (two of
-#: them are wrong; the notebooks and tests compare them with the package's values).
-AS_COMMONLY_PRINTED: dict[str, list[float]] = {
-    "Q_Money_head1": [0.07, 0.05, 0.04],
-    "K_Money_head1": [0.04, 0.08, 0.07],
-    "V_Money_head1": [0.08, 0.07, 0.09],
-}
 
 
 def your_journey_starts_with_one_step() -> tuple[tuple[str, ...], torch.Tensor]:
