@@ -99,7 +99,16 @@ def check_online_update(learner: Callable[..., Any], *, verbose: bool = True) ->
             "exp(old max - new max) <= 1, when the maximum grows.",
         ),
     ]
-    return check_function("online_update", learner, _reference_update, _update_cases(), misconceptions, verbose=verbose)
+    return check_function(
+        "online_update",
+        learner,
+        _reference_update,
+        _update_cases(),
+        misconceptions,
+        output_names=("new_max", "new_normaliser", "new_output"),
+        shortcuts=("online_softmax_update",),
+        verbose=verbose,
+    )
 
 
 # ---------------------------------------------------------------- online attention of one block of queries
@@ -165,7 +174,13 @@ def check_online_attention(learner: Callable[..., Any], *, verbose: bool = True)
         ),
     ]
     return check_function(
-        "online_attention", learner, _reference_online_attention, cases, misconceptions, verbose=verbose
+        "online_attention",
+        learner,
+        _reference_online_attention,
+        cases,
+        misconceptions,
+        shortcuts=("online_softmax", "tiled_attention", "scaled_dot_product_attention"),
+        verbose=verbose,
     )
 
 
@@ -203,23 +218,18 @@ def check_expand_kv(learner: Callable[..., Any], *, verbose: bool = True) -> Che
         ),
     ]
     return check_function(
-        "expand_kv", learner, lambda x, k: repeat_kv(x, k), cases, misconceptions, square_cases=square, verbose=verbose
+        "expand_kv",
+        learner,
+        lambda x, k: repeat_kv(x, k),
+        cases,
+        misconceptions,
+        square_cases=square,
+        shortcuts=("repeat_kv",),
+        verbose=verbose,
     )
 
 
 # ---------------------------------------------------------------- the size of a KV cache
-
-
-def _as_number(function: Callable[..., Any]) -> Callable[..., Any]:
-    # The answer is a number of bytes; compare it as a float64 tensor.
-    def wrapped(*args: Any) -> Any:
-        result = function(*args)
-        if isinstance(result, bool) or not isinstance(result, (int, float)):
-            return result
-        return torch.tensor(float(result), dtype=torch.float64)
-
-    wrapped.__name__ = getattr(function, "__name__", "learner")
-    return wrapped
 
 
 def _reference_bytes(layers, heads, kv_heads, head_dim, tokens, batch, element):
@@ -259,11 +269,13 @@ def check_kv_cache_bytes(learner: Callable[..., Any], *, verbose: bool = True) -
             "Your number is 8 times too large: bytes_per_element is already in bytes.",
         ),
     ]
+    # A whole number of bytes: compared exactly (a numpy integer, or a float like 2.0 * ..., counts as well).
     return check_function(
         "kv_cache_bytes",
-        _as_number(learner) if callable(learner) else learner,
-        _as_number(_reference_bytes),
+        learner,
+        _reference_bytes,
         cases,
-        [Misconception(m.name, _as_number(m.implementation), m.hint) for m in misconceptions],
+        misconceptions,
+        shortcuts=("kv_cache_bytes",),
         verbose=verbose,
     )
