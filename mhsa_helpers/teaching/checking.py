@@ -317,15 +317,18 @@ def _library_file(filename: str) -> bool:
 
 def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
     """The code objects where the learner's function starts (through wrappers, partials, modules)."""
-    function: Any = inspect.unwrap(learner)
-    while hasattr(function, "func") and callable(function.func):  # functools.partial
-        function = function.func
     codes = set()
-    for candidate in (function, getattr(function, "forward", None), getattr(type(function), "__call__", None)):
-        candidate = getattr(candidate, "__func__", candidate)
-        code = getattr(candidate, "__code__", None)
-        if isinstance(code, CodeType) and not _library_file(code.co_filename):
-            codes.add(code)
+    function: Any = learner
+    for _ in range(20):  # through a checker's wrappers (functools.wraps) and functools.partial
+        for candidate in (function, getattr(function, "forward", None), getattr(type(function), "__call__", None)):
+            candidate = getattr(candidate, "__func__", candidate)
+            code = getattr(candidate, "__code__", None)
+            if isinstance(code, CodeType) and not _library_file(code.co_filename):
+                codes.add(code)
+        inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
+        if not callable(inner):
+            break
+        function = inner
     return codes
 
 
@@ -354,6 +357,16 @@ def _learner_line(frames: Sequence[tuple[FrameType, int]]) -> str:
     if not own:
         return ""
     return f" ({_frame_line(*own[-1])})"
+
+
+def _stopped_where(frames: Sequence[tuple[FrameType, int]]) -> str:
+    """Where a stopped function was: the line of the learner's function (a loop runs there), and the
+    line deeper in the learner's code that was running at that moment, when it is another one."""
+    own = [(f, n) for f, n in frames if not _library_file(f.f_code.co_filename)]
+    if not own:
+        return ""
+    outer, inner = _frame_line(*own[0]), _frame_line(*own[-1])
+    return f" ({outer})" if len(own) == 1 else f" ({outer}; deeper, {inner})"
 
 
 # ------------------------------------------------------------------ calling the learner
@@ -392,7 +405,7 @@ def _call_with_time_limit(function: Callable[..., Any], args: tuple, kwargs: dic
                 return function(*args, **kwargs)
         except _TimeLimitReached as stop:
             frames = _learner_frames(stop.__traceback__, learner) or []
-            raise _Stopped(_learner_line(frames)) from None
+            raise _Stopped(_stopped_where(frames)) from None
     # Elsewhere (Windows, a worker thread): run in a daemon thread and stop waiting for it.
     box: dict[str, Any] = {}
 
@@ -407,14 +420,11 @@ def _call_with_time_limit(function: Callable[..., Any], args: tuple, kwargs: dic
     worker.join(seconds)
     if worker.is_alive():
         frame = sys._current_frames().get(worker.ident or -1)
-        codes = _learner_codes(learner)
-        where = ""
+        stack = []
         while frame is not None:
-            if not _library_file(frame.f_code.co_filename) and (not codes or frame.f_code in codes or where == ""):
-                where = f" ({_frame_line(frame, frame.f_lineno)})"
-                break
+            stack.append((frame, frame.f_lineno))
             frame = frame.f_back
-        raise _Stopped(where)
+        raise _Stopped(_stopped_where(stack[::-1]))
     if "error" in box:
         raise box["error"]
     return box.get("value")

@@ -97,12 +97,9 @@ def _require_bool(learner: Callable[..., torch.Tensor]) -> Callable[..., torch.T
     @functools.wraps(learner)
     def wrapped(*args, **kwargs):
         mask = learner(*args, **kwargs)
-        if mask is None:
-            return mask  # check_function asks whether a `return` is missing
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            shown = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise AnswerRejected(f"return a boolean mask (True = may attend), got {shown}")
-        return mask
+        if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
+            raise AnswerRejected(f"return a boolean mask (True = may attend), got dtype {mask.dtype}")
+        return mask  # anything else (None, a tuple) is described by check_function
 
     return wrapped
 
