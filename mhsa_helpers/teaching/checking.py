@@ -701,15 +701,22 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
         )
     if isinstance(exc, _ChangedArgument):
         name = exc.name
-        what = f"`{name}`" if not exc.part else f"`{name}` (its `{exc.part.lstrip('.')}`)"
-        return CheckResult(
-            exercise,
-            "misconception",
-            f"[{exercise}] not yet: your function changed its argument {what} in place (e.g. `{name} /= …`, "
-            f"`{name}.masked_fill_(…)`, `{name}[…] = …`), so the caller's tensor changed too. Work on a copy: "
-            f"`{name} = {name} / …`, `masked_fill` without the underscore, or `{name}.clone()` first.",
-            misconception=IN_PLACE,
-        )
+        if exc.part and not exc.part.startswith("["):
+            # An object (a RotaryEmbedding, a module): one of its tensors or settings was changed.
+            part = f"{name}.{exc.part.lstrip('.')}"
+            message = (
+                f"your function changed its argument `{name}` in place: `{part}` is not what it was (e.g. "
+                f"`{part}.neg_()`, `{part} = …`), and the caller's object changed too. Leave `{name}` as it is; "
+                "make new tensors from what it gives you."
+            )
+        else:
+            what = f"`{name}`" + (f" (at `{name}{exc.part}`)" if exc.part else "")
+            message = (
+                f"your function changed its argument {what} in place (e.g. `{name} /= …`, "
+                f"`{name}.masked_fill_(…)`, `{name}[…] = …`), so the caller's tensor changed too. Work on a copy: "
+                f"`{name} = {name} / …`, `masked_fill` without the underscore, or `{name}.clone()` first."
+            )
+        return CheckResult(exercise, "misconception", f"[{exercise}] not yet: {message}", misconception=IN_PLACE)
     if isinstance(exc, _NoForward):
         return CheckResult(exercise, "error", f"[{exercise}] not yet: {exc}")
     if isinstance(exc, AnswerRejected):

@@ -182,6 +182,17 @@ def _masked_attention_cases() -> list:
             ),
             description="batch and heads: q, k (2, 2, 5, 16), v (2, 2, 5, 8), mask (2, 2, 5, 5)",
         ),
+        # d_k = 1, so the scores are q * k: query 0's visible keys score near -24000 while a blocked key
+        # scores -9000. Only -inf blocks it; a fill (or an added constant) of -10000 or -1e4 does not.
+        Case(
+            (
+                torch.tensor([[100.0], [1.0]], dtype=torch.float64),
+                torch.tensor([[-240.0], [-250.0], [-90.0], [-300.0]], dtype=torch.float64),
+                random_tensor(g, 4, 2),
+                torch.tensor([[True, True, False, True], [True, False, True, True]]),
+            ),
+            description="scores far apart: visible keys near -24000, a blocked key at -9000",
+        ),
     ]
 
 
@@ -423,8 +434,8 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
 
 MAX_CLAMPED_NAME = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
 MAX_CLAMPED_HINT = (
-    "Your row of visible scores near -24000 comes out as zeros although nothing in it is blocked: the max you "
-    "subtract is not the row's largest visible score (clamp_min(0), or a fixed number, turns -24000 into 0, and "
+    "Your row whose visible scores lie near -24000 comes out as zeros (and so does a row of scores near -1000 "
+    "with nothing blocked): the max you subtract is not the row's largest visible score (clamp_min(0), or a fixed number, turns -24000 into 0, and "
     "exp(-24000) underflows to 0). Only a fully masked row, whose max is -inf, needs a replacement: "
     "torch.where(row_max == float('-inf'), 0, row_max)."
 )
