@@ -7,7 +7,7 @@ where it applies; the test asserts the rejection *and* the words of the message.
 
 from __future__ import annotations
 
-import functools
+import inspect
 import math
 
 import pytest
@@ -281,11 +281,21 @@ def test_the_right_answer_is_accepted_without_a_note(name):
 # ------------------------------------------------------------------ slips around a right answer
 
 
+def like(right):
+    """Give a learner's ``answer(*args)`` the parameters of ``right``, as if it were written out in full."""
+
+    def decorate(answer):
+        answer.__signature__ = inspect.signature(right)
+        return answer
+
+    return decorate
+
+
 @pytest.mark.parametrize("name", ONE_TENSOR)
 def test_a_one_tuple_is_not_the_tensor(name):
     right = RIGHT[name]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         result = right(*args)
         return (result,)  # as `return x @ w,` does
@@ -298,7 +308,7 @@ def test_a_one_tuple_is_not_the_tensor(name):
 def test_a_list_around_the_tensor_is_not_the_tensor(name):
     right = RIGHT[name]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         return [right(*args)]
 
@@ -311,7 +321,7 @@ def test_a_list_around_the_tensor_is_not_the_tensor(name):
 def test_a_forgotten_return_is_asked_about(name):
     right = RIGHT[name]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         result = right(*args)  # computed, never returned
         del result
@@ -324,9 +334,9 @@ def test_a_forgotten_return_is_asked_about(name):
 @pytest.mark.parametrize("name", TAKES_TENSORS)
 def test_changing_an_argument_in_place_is_named_with_the_argument(name):
     right = RIGHT[name]
-    first = list(__import__("inspect").signature(right).parameters)[0]
+    first = list(inspect.signature(right).parameters)[0]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         result = right(*args)
         target = args[0]
@@ -345,7 +355,7 @@ def test_a_loop_that_never_ends_is_stopped_at_its_line(name, monkeypatch):
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.2)
     right = RIGHT[name]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         result, step = None, 0
         while step < 3:  # `step += 1` forgotten
@@ -363,7 +373,7 @@ def test_a_loop_that_never_ends_is_stopped_at_its_line(name, monkeypatch):
 def test_an_error_is_reported_at_the_learners_own_line_through_any_wrapper(name):
     right = RIGHT[name]
 
-    @functools.wraps(right)
+    @like(right)
     def answer(*args):
         result = right(*args)
         return result.tranpose(0, 1)  # a typo

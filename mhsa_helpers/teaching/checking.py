@@ -316,19 +316,20 @@ def _library_file(filename: str) -> bool:
 
 
 def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
-    """The code objects where the learner's function starts (through wrappers, partials, modules)."""
-    codes = set()
+    """The code objects where the learner's own function starts: under a checker's wrappers
+    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``; for a module, its ``forward``."""
     function: Any = learner
-    for _ in range(20):  # through a checker's wrappers (functools.wraps) and functools.partial
-        for candidate in (function, getattr(function, "forward", None), getattr(type(function), "__call__", None)):
-            candidate = getattr(candidate, "__func__", candidate)
-            code = getattr(candidate, "__code__", None)
-            if isinstance(code, CodeType) and not _library_file(code.co_filename):
-                codes.add(code)
+    for _ in range(20):
         inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
         if not callable(inner):
             break
         function = inner
+    codes = set()
+    for candidate in (function, getattr(function, "forward", None), getattr(type(function), "__call__", None)):
+        candidate = getattr(candidate, "__func__", candidate)
+        code = getattr(candidate, "__code__", None)
+        if isinstance(code, CodeType) and not _library_file(code.co_filename):
+            codes.add(code)
     return codes
 
 
