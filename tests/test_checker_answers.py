@@ -334,7 +334,7 @@ def test_a_forgotten_return_is_asked_about(name):
 @pytest.mark.parametrize("name", TAKES_TENSORS)
 def test_changing_an_argument_in_place_is_named_with_the_argument(name):
     right = RIGHT[name]
-    first = list(inspect.signature(right).parameters)[0]
+    first = next(iter(inspect.signature(right).parameters))
 
     @like(right)
     def answer(*args):

@@ -266,7 +266,13 @@ OUTPUT_ANSWERS = [
         None,
         ("returned 2 outputs", "output 3 (new_output) missing"),
     ),
-    Wrong(check_repeat_chunk, "tokens only", repeat_chunk_tokens_only, None, ("expected 2 outputs (tokens, induction_mask)",)),
+    Wrong(
+        check_repeat_chunk,
+        "tokens only",
+        repeat_chunk_tokens_only,
+        None,
+        ("expected 2 outputs (tokens, induction_mask)",),
+    ),
     Wrong(check_repeat_chunk, "mask one late", repeat_chunk_mask_shifted, None, ("output 2 (induction_mask)",)),
 ]
 

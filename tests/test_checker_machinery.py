@@ -130,7 +130,9 @@ def test_a_probe_tells_apart_two_mistakes_with_the_same_numbers():
 
     # Both give 2x on the cases; only a probe at x = -1 tells a doubling from an abs-then-double.
     misconceptions = [
-        Misconception("abs then doubled", lambda x: 2 * x.abs(), "h1", detect=lambda run: run(torch.tensor([-1.0])) > 0),
+        Misconception(
+            "abs then doubled", lambda x: 2 * x.abs(), "h1", detect=lambda run: run(torch.tensor([-1.0])) > 0
+        ),
         Misconception("doubled", lambda x: 2 * x, "h2", detect=lambda run: run(torch.tensor([-1.0])) < 0),
     ]
     result = check_function("demo", doubled, lambda x: x + 1, cases, misconceptions, verbose=False)
@@ -143,9 +145,9 @@ def test_a_symptom_names_a_close_variant_only_when_nothing_fits_exactly():
         Misconception("tripled", lambda x: 3 * x, "exactly 3x"),
         Misconception("grew too much", None, "more than x + 1", detect=lambda run: bool(run(torch.tensor([5.0])) > 6)),
     ]
-    assert check_function("demo", lambda x: 3 * x, lambda x: x + 1, cases, misconceptions, verbose=False).misconception == (
-        "tripled"
-    )
+    assert check_function(
+        "demo", lambda x: 3 * x, lambda x: x + 1, cases, misconceptions, verbose=False
+    ).misconception == ("tripled")
     variant = check_function("demo", lambda x: 3.5 * x, lambda x: x + 1, cases, misconceptions, verbose=False)
     assert variant.misconception == "grew too much" and "more than x + 1" in variant.message
     unrelated = check_function("demo", lambda x: x - 1, lambda x: x + 1, cases, misconceptions, verbose=False)

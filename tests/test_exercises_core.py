@@ -311,8 +311,7 @@ def test_float_mask_where_bool_is_expected_is_a_difference_with_a_clear_message(
     assert result.status == "incorrect"
     # the values agree, only the dtype is wrong
     assert result.message == (
-        "[demo] not yet: case 'n=3' differs from the reference "
-        "(returned dtype torch.float32, expected torch.bool)."
+        "[demo] not yet: case 'n=3' differs from the reference (returned dtype torch.float32, expected torch.bool)."
     )
 
 

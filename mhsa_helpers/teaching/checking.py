@@ -156,8 +156,11 @@ def _is_whole_number(value: Any) -> bool:
         return False
     if isinstance(value, numbers.Integral):  # int and numpy integers
         return True
-    return isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point() and (
-        value.dtype != torch.bool and not value.is_complex()
+    return (
+        isinstance(value, torch.Tensor)
+        and value.ndim == 0
+        and not value.is_floating_point()
+        and (value.dtype != torch.bool and not value.is_complex())
     )
 
 
@@ -325,7 +328,8 @@ def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
             break
         function = inner
     codes = set()
-    for candidate in (function, getattr(function, "forward", None), getattr(type(function), "__call__", None)):
+    call = vars(type(function)).get("__call__")  # a class of the learner's with its own __call__
+    for candidate in (function, getattr(function, "forward", None), call):
         candidate = getattr(candidate, "__func__", candidate)
         code = getattr(candidate, "__code__", None)
         if isinstance(code, CodeType) and not _library_file(code.co_filename):
@@ -395,7 +399,9 @@ class _Stopped(Exception):
         self.where = where
 
 
-def _call_with_time_limit(function: Callable[..., Any], args: tuple, kwargs: dict, learner: Callable[..., Any]) -> Any:
+def _call_with_time_limit(
+    function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], learner: Callable[..., Any]
+) -> Any:
     seconds = TIME_LIMIT_SECONDS
     if seconds is None or seconds <= 0:
         return function(*args, **kwargs)
@@ -535,7 +541,9 @@ def _missing_forward(learner: Callable[..., Any]) -> str | None:
     """For an ``nn.Module`` without ``forward``: what to tell the learner (a close name if there is one)."""
     if not isinstance(learner, torch.nn.Module) or type(learner).forward is not torch.nn.Module.forward:
         return None
-    own = [name for klass in type(learner).__mro__ if klass.__module__ != "torch.nn.modules.module" for name in vars(klass)]
+    own = [
+        name for klass in type(learner).__mro__ if klass.__module__ != "torch.nn.modules.module" for name in vars(klass)
+    ]
     close = difflib.get_close_matches("forward", [n for n in own if not n.startswith("__")], n=1, cutoff=0.6)
     name = type(learner).__name__
     if close:
@@ -589,7 +597,7 @@ def _shortcuts_used(run: _Run, case: Case, names: Sequence[str]) -> tuple[str, .
     sys.setprofile(_watching(names, found))
     try:
         run.case(case)
-    except Exception:  # noqa: S110 -- the case was run before; a second failure has nothing to add
+    except Exception:  # the case was run before; a second failure has nothing to add
         pass
     finally:
         sys.setprofile(previous)
@@ -762,7 +770,9 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
 
 
 def _returns_nothing(outputs: Sequence[Any], expected: Sequence[Any]) -> int | None:
-    return next((i for i, (g, e) in enumerate(zip(outputs, expected, strict=True)) if g is None and e is not None), None)
+    return next(
+        (i for i, (g, e) in enumerate(zip(outputs, expected, strict=True)) if g is None and e is not None), None
+    )
 
 
 def _detects(mistake: Misconception, run: _Run) -> bool:
@@ -794,7 +804,9 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol, outp
             f"[{exercise}] not yet: your function returned None — did you forget `return`? "
             f"{_with_case(cases[nothing])}.",
         )
-    differences = [_difference(g, e, atol, rtol, output_names) for g, e in zip(learner_outputs, expected_outputs, strict=True)]
+    differences = [
+        _difference(g, e, atol, rtol, output_names) for g, e in zip(learner_outputs, expected_outputs, strict=True)
+    ]
     first_wrong = next((i for i, d in enumerate(differences) if d is not None), None)
     if first_wrong is None:
         return CheckResult(exercise, "correct", f"[{exercise}] correct on all {len(cases)} cases.")
@@ -806,7 +818,9 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol, outp
             mistaken = [_call(mistake.implementation, case) for case in cases]
         except Exception:
             continue
-        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)) and _detects(mistake, run):
+        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)) and _detects(
+            mistake, run
+        ):
             fitting.append(mistake)
     if not fitting:
         fitting = [m for m in misconceptions if m.implementation is None and m.detect and _detects(m, run)]

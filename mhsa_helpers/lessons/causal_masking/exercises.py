@@ -435,9 +435,9 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
 MAX_CLAMPED_NAME = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
 MAX_CLAMPED_HINT = (
     "Your row whose visible scores lie near -24000 comes out as zeros (and so does a row of scores near -1000 "
-    "with nothing blocked): the max you subtract is not the row's largest visible score (clamp_min(0), or a fixed number, turns -24000 into 0, and "
-    "exp(-24000) underflows to 0). Only a fully masked row, whose max is -inf, needs a replacement: "
-    "torch.where(row_max == float('-inf'), 0, row_max)."
+    "with nothing blocked): the max you subtract is not the row's largest visible score (clamp_min(0), or a "
+    "fixed number, turns -24000 into 0, and exp(-24000) underflows to 0). Only a fully masked row, whose max "
+    "is -inf, needs a replacement: torch.where(row_max == float('-inf'), 0, row_max)."
 )
 
 
