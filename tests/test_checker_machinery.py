@@ -174,3 +174,16 @@ def test_the_time_limit_also_holds_outside_the_main_thread(monkeypatch):
     assert time.monotonic() - start < 1.4  # stopped waiting at the limit, not when the loop ended
     assert results and results[0].status == "error"
     assert "did not return within 0.2 s" in results[0].message and "(in slow, line" in results[0].message
+
+
+def test_a_right_answer_runs_once_per_case_so_its_prints_are_not_doubled(capsys):
+    def softmax_that_prints(x):
+        print("shape", tuple(x.shape))
+        return torch.softmax(x, dim=-1)
+
+    cases = [Case((torch.ones(2, 3),)), Case((torch.ones(4, 3),))]
+    result = check_function(
+        "demo", softmax_that_prints, lambda x: torch.softmax(x, -1), cases, shortcuts=("softmax",), verbose=False
+    )
+    assert result.correct and result.shortcuts == ("torch.softmax",)
+    assert capsys.readouterr().out == "shape (2, 3)\nshape (4, 3)\n"

@@ -589,19 +589,19 @@ def _watching(names: Sequence[str], found: list[str]) -> Callable[..., Any]:
     return profile
 
 
-def _shortcuts_used(run: _Run, case: Case, names: Sequence[str]) -> tuple[str, ...]:
-    if not names:
-        return ()
+@contextmanager
+def _watching_calls(names: Sequence[str]) -> Iterator[list[str]]:
+    """Records, while active, the calls of functions named ``names`` made by the learner's code."""
     found: list[str] = []
+    if not names:
+        yield found
+        return
     previous = sys.getprofile()
     sys.setprofile(_watching(names, found))
     try:
-        run.case(case)
-    except Exception:  # the case was run before; a second failure has nothing to add
-        pass
+        yield found
     finally:
         sys.setprofile(previous)
-    return tuple(dict.fromkeys(found))
 
 
 # ------------------------------------------------------------------ running a check
@@ -664,7 +664,8 @@ def check_function(
     """
     if not callable(learner):
         raise TypeError(f"learner must be a function, got {type(learner).__name__}")
-    result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol, output_names)
+    used: list[str] = []
+    result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts, used)
     if result.status == "error" and square_cases:
         runnable = [case for case in square_cases if _runs(learner, case)]
         if runnable:
@@ -678,16 +679,19 @@ def check_function(
                     f"axis has the same length, the same mistake runs without an error and gives wrong numbers.)",
                     misconception=square.misconception,
                 )
-    if shortcuts and result.status in ("correct", "misconception", "incorrect") and cases:
-        used = _shortcuts_used(_Run(learner), cases[0], shortcuts)
-        if used:
-            called = ", ".join(f"`{name}`" for name in used)
+    if used and result.status in ("correct", "misconception", "incorrect"):
+        called = ", ".join(f"`{name}`" for name in dict.fromkeys(used))
+        if called:
             note = (
                 f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
                 "that is fine in later notebooks, but here write it from the steps above to see how it works."
             )
             result = CheckResult(
-                exercise, result.status, result.message + note, misconception=result.misconception, shortcuts=used
+                exercise,
+                result.status,
+                result.message + note,
+                misconception=result.misconception,
+                shortcuts=tuple(dict.fromkeys(used)),
             )
     if verbose:
         print(result.message)
@@ -784,7 +788,9 @@ def _detects(mistake: Misconception, run: _Run) -> bool:
         return False
 
 
-def _check(exercise, learner, reference, cases, misconceptions, atol, rtol, output_names) -> CheckResult:
+def _check(
+    exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts=(), used=None
+) -> CheckResult:
     run = _Run(learner)
     learner_outputs = []
     missing_forward = _missing_forward(learner)
@@ -792,7 +798,12 @@ def _check(exercise, learner, reference, cases, misconceptions, atol, rtol, outp
         return CheckResult(exercise, "error", f"[{exercise}] not yet: {missing_forward}")
     for case in cases:
         try:
-            learner_outputs.append(run.case(case))
+            # The first call is watched for shortcuts: the learner's code runs once per case, so that
+            # whatever it prints is printed once.
+            with _watching_calls(shortcuts if case is cases[0] and used is not None else ()) as found:
+                learner_outputs.append(run.case(case))
+            if used is not None:
+                used += found
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
             return _failure(exercise, exc, learner, case)
     expected_outputs = [_call(reference, case) for case in cases]
