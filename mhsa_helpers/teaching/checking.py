@@ -41,14 +41,17 @@ without raising, so committed notebooks with unsolved stubs run top to bottom.
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import inspect
+import linecache
 import math
 import numbers
 import os
 import signal
 import sys
+import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -364,14 +367,48 @@ def _learner_line(frames: Sequence[tuple[FrameType, int]]) -> str:
     return f" ({_frame_line(*own[-1])})"
 
 
+def _enclosing_loop(frame: FrameType, lineno: int, kinds: tuple[type, ...]) -> str:
+    """`` the loop at line 5: `while i < n:` ``, the innermost loop of ``kinds`` in the learner's code
+    around ``lineno`` (read from the source, which Jupyter keeps for each cell), or ""."""
+    try:
+        lines, first_line = inspect.getsourcelines(frame.f_code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return ""
+    offset = max(first_line, 1) - 1
+    loops = [
+        node.lineno + offset
+        for node in ast.walk(tree)
+        if isinstance(node, kinds) and node.lineno + offset <= lineno <= (node.end_lineno or 0) + offset
+    ]
+    if not loops:
+        return ""
+    start = max(loops)
+    if start == lineno:
+        return ""  # the stopped line is the loop's own line, shown already
+    text = linecache.getline(frame.f_code.co_filename, start).strip()
+    return f", inside the loop at line {start}: `{text}`" if text else ""
+
+
 def _stopped_where(frames: Sequence[tuple[FrameType, int]]) -> str:
-    """Where a stopped function was: the line of the learner's function (a loop runs there), and the
-    line deeper in the learner's code that was running at that moment, when it is another one."""
+    """Where a stopped function was: the line of the learner's function, the line deeper in the
+    learner's code that was running at that moment (when it is another one), and the loop around it."""
     own = [(f, n) for f, n in frames if not _library_file(f.f_code.co_filename)]
     if not own:
         return ""
     outer, inner = _frame_line(*own[0]), _frame_line(*own[-1])
-    return f" ({outer})" if len(own) == 1 else f" ({outer}; deeper, {inner})"
+    where = f" ({outer})" if len(own) == 1 else f" ({outer}; deeper, {inner})"
+    # A `while` loop is the likelier culprit than a `for` loop over a range, wherever it is.
+    loop = next(
+        (
+            text
+            for kinds in ((ast.While,), (ast.For,))
+            for text in (_enclosing_loop(f, n, kinds) for f, n in reversed(own))
+            if text
+        ),
+        "",
+    )
+    return where + loop
 
 
 # ------------------------------------------------------------------ calling the learner
