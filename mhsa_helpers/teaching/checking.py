@@ -450,25 +450,33 @@ def _call_with_time_limit(
         except _TimeLimitReached as stop:
             frames = _learner_frames(stop.__traceback__, learner) or []
             raise _Stopped(_stopped_where(frames)) from None
-    # Elsewhere (Windows, a worker thread): run in a daemon thread and stop waiting for it.
+    # Elsewhere (Windows, a worker thread): run in a daemon thread and stop waiting for it. The thread
+    # keeps the stack of the learner's frames it is in (calls and returns only), to say where it was.
     box: dict[str, Any] = {}
+    stack: list[FrameType] = []
+
+    def follow(frame: FrameType, event: str, arg: Any) -> None:
+        if _library_file(frame.f_code.co_filename):
+            return
+        if event == "call":
+            stack.append(frame)
+        elif event == "return" and stack and stack[-1] is frame:
+            stack.pop()
 
     def run() -> None:
+        sys.setprofile(follow)
         try:
             box["value"] = function(*args, **kwargs)
         except BaseException as exc:  # handed back to the caller's thread below
             box["error"] = exc
+        finally:
+            sys.setprofile(None)
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(seconds)
     if worker.is_alive():
-        frame = sys._current_frames().get(worker.ident or -1)
-        stack = []
-        while frame is not None:
-            stack.append((frame, frame.f_lineno))
-            frame = frame.f_back
-        raise _Stopped(_stopped_where(stack[::-1]))
+        raise _Stopped(_stopped_where([(frame, frame.f_lineno) for frame in list(stack)]))
     if "error" in box:
         raise box["error"]
     return box.get("value")
