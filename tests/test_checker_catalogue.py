@@ -447,3 +447,29 @@ def test_a_misspelled_forward_is_named_with_the_close_name():
             return self.foward(q, k, v)
 
     assert check_attention(Spelled(), verbose=False).correct
+
+
+# ----------------------------------------------------------- whole numbers
+
+
+def test_a_numpy_whole_number_of_bytes_is_accepted():
+    import numpy as np
+
+    from mhsa_helpers.lessons.attention_at_scale import check_kv_cache_bytes
+
+    def my_kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim, tokens, batch, bytes_per_element):
+        return np.prod([2, num_layers, num_kv_heads, head_dim, tokens, batch, bytes_per_element])  # numpy.int64
+
+    assert check_kv_cache_bytes(my_kv_cache_bytes, verbose=False).correct
+
+
+def test_one_token_too_many_is_refused_however_long_the_context():
+    from mhsa_helpers.lessons.attention_at_scale import check_kv_cache_bytes
+
+    def counts_one_more_token(num_layers, num_heads, num_kv_heads, head_dim, tokens, batch, bytes_per_element):
+        return 2 * num_layers * num_kv_heads * head_dim * (tokens + 1) * batch * bytes_per_element
+
+    result = check_kv_cache_bytes(counts_one_more_token, verbose=False)
+    assert result.status == "incorrect"
+    one_token = 2 * 32 * 8 * 128 * 1 * 2  # keys and values, 32 layers, 8 KV heads of 128, bfloat16
+    assert "131072 tokens" in result.message and f"(off by {one_token})" in result.message
