@@ -187,3 +187,20 @@ def test_a_right_answer_runs_once_per_case_so_its_prints_are_not_doubled(capsys)
     )
     assert result.correct and result.shortcuts == ("torch.softmax",)
     assert capsys.readouterr().out == "shape (2, 3)\nshape (4, 3)\n"
+
+
+def test_an_outer_alarm_is_given_back_after_the_check():
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        assert check_function("demo", lambda x: x, lambda x: x, [Case((torch.ones(2),))], verbose=False).correct
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining <= 0.3
+        time.sleep(0.5)
+        assert fired == [True]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

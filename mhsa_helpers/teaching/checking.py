@@ -53,6 +53,7 @@ import signal
 import sys
 import textwrap
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -420,12 +421,15 @@ def _alarm(seconds: float) -> Iterator[None]:
         raise _TimeLimitReached
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer_delay, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer_delay:  # someone else's alarm was pending (a test runner's timeout): give back what is left
+            signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1e-3))
 
 
 class _Stopped(Exception):
