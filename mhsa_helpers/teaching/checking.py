@@ -553,9 +553,17 @@ def _parameter_names(learner: Callable[..., Any]) -> list[str]:
 
 
 class _ChangedArgument(Exception):
-    def __init__(self, name: str, part: str) -> None:
+    def __init__(self, name: str, part: str, before: Any, after: Any) -> None:
         super().__init__(name)
         self.name, self.part = name, part
+        # A tensor whose shape changed was reshaped in place (t_, unsqueeze_, resize_), not written into.
+        old = dict(_tensors_of(before)).get(part)
+        new = dict(_tensors_of(after)).get(part)
+        self.reshaped = (
+            (tuple(old.shape), tuple(new.shape))
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape != new.shape
+            else None
+        )
 
 
 class _NoForward(Exception):
@@ -578,11 +586,11 @@ class _Run:
         for i, (before, after) in enumerate(zip(case.args, args, strict=True)):
             part = _changed_part(before, after)
             if part is not None:
-                raise _ChangedArgument(names[i] if i < len(names) else f"number {i + 1}", part)
+                raise _ChangedArgument(names[i] if i < len(names) else f"number {i + 1}", part, before, after)
         for key, before in case.kwargs.items():
             part = _changed_part(before, kwargs[key])
             if part is not None:
-                raise _ChangedArgument(key, part)
+                raise _ChangedArgument(key, part, before, kwargs[key])
         return result
 
 
@@ -770,6 +778,14 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
                 f"your function changed its argument `{name}` in place: `{part}` is not what it was (e.g. "
                 f"`{part}.neg_()`, `{part} = …`), and the caller's object changed too. Leave `{name}` as it is; "
                 "make new tensors from what it gives you."
+            )
+        elif exc.reshaped is not None and not exc.part:
+            old_shape, new_shape = exc.reshaped
+            message = (
+                f"your function changed its argument `{name}` in place: its shape went from {old_shape} to "
+                f"{new_shape} (e.g. `{name}.t_()`, `{name}.unsqueeze_(…)`, `{name}.transpose_(…)`), so the caller's "
+                f"tensor changed too. Use the versions without the underscore, which return a new view: "
+                f"`{name}.t()`, `{name}.unsqueeze(…)`."
             )
         else:
             what = f"`{name}`" + (f" (at `{name}{exc.part}`)" if exc.part else "")
