@@ -453,6 +453,8 @@ def test_a_misspelled_forward_is_named_with_the_close_name():
             return self.foward(q, k, v)
 
     assert check_attention(Spelled(), verbose=False).correct
+    the_class = check_attention(Spelled, verbose=False)
+    assert the_class.status == "error" and "you passed the class Spelled itself" in the_class.message
 
 
 # ----------------------------------------------------------- whole numbers

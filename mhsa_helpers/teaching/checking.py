@@ -861,6 +861,13 @@ def _check(
     missing_forward = _missing_forward(learner)
     if missing_forward:
         return CheckResult(exercise, "error", f"[{exercise}] not yet: {missing_forward}")
+    if isinstance(learner, type) and issubclass(learner, torch.nn.Module):
+        name = learner.__name__
+        return CheckResult(
+            exercise,
+            "error",
+            f"[{exercise}] not yet: you passed the class {name} itself; pass a module made from it, {name}(...).",
+        )
     for case in cases:
         try:
             # The first call is watched for shortcuts: the learner's code runs once per case, so that
