@@ -39,6 +39,8 @@ def test_module_exports_the_core_api():
     assert checking.CheckResult is CheckResult
     assert checking.random_tensor is random_tensor and checking.random_tensors is random_tensors
     assert set(checking.__all__) == {
+        "AnswerRejected",
+        "IN_PLACE",
         "Case",
         "CheckResult",
         "Misconception",
@@ -80,7 +82,7 @@ def test_error_is_reported_with_the_case_not_raised():
     assert result.status == "error" and not result.correct
     # The learner's own line, the arguments the checker passed, and the case's description.
     assert result.message == (
-        '[demo] your function raised ValueError: boom (in learner, line 76: `raise ValueError("boom")`). '
+        '[demo] your function raised ValueError: boom (in learner, line 78: `raise ValueError("boom")`). '
         "It was called with a tensor of shape (2,) (two ones); check which shapes your code assumes."
     )
 
@@ -121,7 +123,7 @@ def test_non_tensor_answer_is_incorrect_with_a_clear_reason():
     cases = [Case((torch.ones(2),), description="two ones")]
     result = check_function("demo", lambda x: x.tolist(), lambda x: x.clone(), cases, verbose=False)
     assert result.status == "incorrect"
-    assert "expected a tensor (or a tuple of tensors), got list" in result.message
+    assert "expected a tensor, got a list of 2 items" in result.message
 
 
 def test_float32_answer_matches_a_float64_reference_and_int_answers_compare_by_value():
@@ -147,7 +149,7 @@ def test_tuple_outputs_are_compared_element_by_element():
 # ------------------------------------------------------------ misconceptions
 
 
-def test_first_matching_misconception_is_named_and_a_crashing_one_is_skipped():
+def test_every_fitting_misconception_is_named_and_a_crashing_one_is_skipped():
     cases = [Case((torch.tensor([1.0, 2.0, 3.0]),)), Case((torch.tensor([[1.0, 2.0], [3.0, 4.0]]),))]
 
     def crashes(x):
@@ -157,12 +159,18 @@ def test_first_matching_misconception_is_named_and_a_crashing_one_is_skipped():
         Misconception("crashes", crashes, "never named"),
         Misconception("subtracted one", lambda x: x - 1, "add, don't subtract"),
         Misconception("doubled", lambda x: 2 * x, "add one"),
-        Misconception("doubled again", lambda x: x + x, "never reached"),
+        Misconception("doubled again", lambda x: x + x, "or added x"),
     ]
     result = check_function("demo", lambda x: x * 2.0, lambda x: x + 1, cases, misconceptions, verbose=False)
     assert result.status == "misconception" and not result.correct
+    # Two named mistakes give the same numbers: both are said, the first is the result's name.
     assert result.misconception == "doubled"
-    assert result.message == "[demo] not yet: this looks like 'doubled'. add one"
+    assert result.message == (
+        "[demo] not yet: your numbers fit 2 known mistakes, which give the same results on these cases; "
+        "look for either. 'doubled': add one Or 'doubled again': or added x"
+    )
+    alone = check_function("demo", lambda x: x * 2.0, lambda x: x + 1, cases, misconceptions[:3], verbose=False)
+    assert alone.message == "[demo] not yet: this looks like 'doubled'. add one"
 
 
 def test_a_misconception_must_match_on_every_case():
@@ -206,7 +214,7 @@ def test_nan_where_the_reference_has_a_number_is_incorrect_and_said_so():
     result = check_function("demo", torch.sqrt, lambda x: x.abs().sqrt(), cases, verbose=False)
     assert result.status == "incorrect"
     # sqrt(-1) is NaN where the reference has 1; the other entries agree exactly
-    assert "NaN at 1 position(s) where the other has a number, largest difference 0" in result.message
+    assert "NaN at 1 position(s) where the other has a number)." in result.message  # never "differs by 0"
 
 
 def test_equal_infinities_are_not_a_difference():
@@ -303,8 +311,7 @@ def test_float_mask_where_bool_is_expected_is_a_difference_with_a_clear_message(
     assert result.status == "incorrect"
     # the values agree, only the dtype is wrong
     assert result.message == (
-        "[demo] not yet: case 'n=3' differs from the reference "
-        "(returned dtype torch.float32, expected torch.bool, largest difference 0)."
+        "[demo] not yet: case 'n=3' differs from the reference (returned dtype torch.float32, expected torch.bool)."
     )
 
 

@@ -9,10 +9,31 @@ How outputs are compared (:func:`check_function`):
 
 * values within ``atol``/``rtol``, after promoting both sides to a common dtype, so a
   float32 answer may match a float64 reference;
+* whole numbers (a Python ``int`` reference, or an integer tensor) are compared exactly: no
+  tolerance, so one token or one byte too many is a difference at any size. A numpy or 0-d
+  tensor whole number is as good as a Python ``int``;
 * NaN is an ordinary value: NaN must sit exactly where the other side has NaN. A
   misconception that produces NaN (softmax over a row of ``-inf``, ``exp``
   overflowing) can therefore be named;
-* a boolean tensor only matches a boolean tensor: a 0/1 number mask is not a mask.
+* a boolean tensor only matches a boolean tensor: a 0/1 number mask is not a mask;
+* the structure must match: a bare tensor where the reference returns one (a one-tuple
+  ``(x,)`` or ``[x]`` is not a tensor), the same number of outputs where it returns several,
+  and every output is compared (the message names each one that differs).
+
+What the learner's function may not do:
+
+* change its arguments: every call gets its own deep copy of the case (tensors, and objects
+  such as a ``RotaryEmbedding``), and after the learner's call each argument is compared with
+  the case; an answer that wrote into an argument (``q /= ...``, ``masked_fill_``, ``x[...] = 0``)
+  is rejected, naming the argument. The reference and the misconceptions get fresh copies too,
+  so nothing the learner does can make them repeat a mistake;
+* run forever: each call has a time limit (:data:`TIME_LIMIT_SECONDS`); a function that does not
+  return is stopped and the message points at the line it was running.
+
+Errors are reported at the learner's own line (through any wrapper a checker puts around the
+learner); an error raised by a checker's own code is reported as the checker's, and
+:class:`AnswerRejected` lets a wrapper turn the form of an answer ("return a boolean mask")
+into a plain "not yet".
 
 A stub that still raises ``NotImplementedError`` is reported as not attempted,
 without raising, so committed notebooks with unsolved stubs run top to bottom.
@@ -20,14 +41,55 @@ without raising, so committed notebooks with unsolved stubs run top to bottom.
 
 from __future__ import annotations
 
+import ast
+import copy
+import difflib
+import inspect
+import linecache
+import math
+import numbers
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 import torch
 
-__all__ = ["Case", "CheckResult", "Misconception", "check_function", "random_tensor", "random_tensors"]
+__all__ = [
+    "IN_PLACE",
+    "AnswerRejected",
+    "Case",
+    "CheckResult",
+    "Misconception",
+    "check_function",
+    "random_tensor",
+    "random_tensors",
+]
+
+#: Seconds one call of the learner's function may take before it is stopped (read at each call,
+#: so a test may lower it).
+TIME_LIMIT_SECONDS = 10.0
+
+#: The misconception name of an answer that changed one of its arguments.
+IN_PLACE = "changed an argument in place"
+
+
+class AnswerRejected(Exception):
+    """Raised by a checker's wrapper around the learner when the *form* of an answer is wrong
+    (e.g. "return a boolean mask"); the message is shown to the learner as is."""
+
+
+class _TimeLimitReached(BaseException):
+    # A BaseException, so that a learner's `except Exception:` cannot swallow it.
+    pass
 
 
 @dataclass(frozen=True)
@@ -41,22 +103,34 @@ class Case:
 
 @dataclass(frozen=True)
 class Misconception:
-    """A known wrong implementation and what to tell a learner whose code matches it."""
+    """A known wrong implementation and what to tell a learner whose code matches it.
+
+    ``implementation`` reproduces the mistake: it is named when it gives the learner's outputs on
+    every case. ``detect``, when given, tests a *property* of the learner's answer: it receives a
+    function that runs the learner (on fresh copies, with the time limit) and returns True when
+    the answer shows the mistake's symptom. With both, both must agree (a probe then tells apart
+    two mistakes that give the same numbers on the cases); with ``implementation=None`` the
+    symptom alone names it, after no exact match was found (so close variants of a mistake, e.g.
+    filling with -1e4 instead of adding -10000, are named too)."""
 
     name: str
-    implementation: Callable[..., Any]
+    implementation: Callable[..., Any] | None
     hint: str
+    detect: Callable[[Callable[..., Any]], bool] | None = None
 
 
 @dataclass(frozen=True)
 class CheckResult:
     """What a checker found. ``status`` is ``"correct"``, ``"not_attempted"``,
-    ``"misconception"`` (then ``misconception`` names it), ``"incorrect"`` or ``"error"``."""
+    ``"misconception"`` (then ``misconception`` names it), ``"incorrect"`` or ``"error"``.
+    ``shortcuts`` lists the functions the learner called that do what the exercise asks
+    them to write (noted in the message, never a failure)."""
 
     exercise: str
     status: str
     message: str
     misconception: str | None = None
+    shortcuts: tuple[str, ...] = ()
 
     @property
     def correct(self) -> bool:
@@ -78,41 +152,54 @@ def random_tensors(*shapes: Sequence[int], seed: int) -> tuple:
     return tuple(random_tensor(generator, *shape) for shape in shapes)
 
 
-# ------------------------------------------------------------------ comparing outputs
+# ------------------------------------------------------------------ describing values
 
 
-def _as_tensors(value: Any) -> list[torch.Tensor]:
+def _is_whole_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Integral):  # int and numpy integers
+        return True
+    return (
+        isinstance(value, torch.Tensor)
+        and value.ndim == 0
+        and not value.is_floating_point()
+        and (value.dtype != torch.bool and not value.is_complex())
+    )
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Real):  # int, float and numpy scalars
+        return True
+    return isinstance(value, torch.Tensor) and value.ndim == 0 and value.dtype != torch.bool and not value.is_complex()
+
+
+def _describe(value: Any) -> str:
+    """What a value is, as a learner reads it: "a tuple of 1 tensor", "None", "a list"."""
+    if value is None:
+        return "None"
     if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
-        return list(value)
-    raise TypeError(f"expected a tensor (or a tuple of tensors), got {type(value).__name__}")
+        kind = "bool " if value.dtype == torch.bool else ""
+        return f"a {kind}tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        kind = type(value).__name__
+        if value and all(isinstance(v, torch.Tensor) for v in value):
+            return f"a {kind} of {len(value)} tensor{'s' if len(value) != 1 else ''}"
+        return f"a {kind} of {len(value)} item{'s' if len(value) != 1 else ''}"
+    return f"a {type(value).__name__}"
+
+
+# ------------------------------------------------------------------ comparing outputs
 
 
 def _is_bool(t: torch.Tensor) -> bool:
     return t.dtype == torch.bool
 
 
-def _same_tensor(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
-    if got.shape != expected.shape:
-        return False
-    if _is_bool(got) != _is_bool(expected):
-        return False  # a 0/1 number tensor is not a mask, and a mask is not a tensor of weights
-    got = got.detach()
-    if _is_bool(expected):
-        return torch.equal(got, expected)
-    common = torch.promote_types(got.dtype, expected.dtype)
-    return torch.allclose(got.to(common), expected.to(common), atol=atol, rtol=rtol, equal_nan=True)
-
-
-def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
-    try:
-        got_tensors, expected_tensors = _as_tensors(got), _as_tensors(expected)
-    except TypeError:
-        return False
-    if len(got_tensors) != len(expected_tensors):
-        return False
-    return all(_same_tensor(g, e, atol, rtol) for g, e in zip(got_tensors, expected_tensors, strict=True))
+def _is_integer_tensor(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or _is_bool(t))
 
 
 def _as_numbers(t: torch.Tensor) -> torch.Tensor:
@@ -120,21 +207,28 @@ def _as_numbers(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
 
 
-def _difference(got: Any, expected: Any) -> str:
-    """How the first output tensors differ: shapes, dtype kind, NaN positions, largest difference."""
-    try:
-        got_t, exp_t = _as_tensors(got)[0], _as_tensors(expected)[0]
-    except TypeError as exc:
-        return str(exc)
-    if got_t.shape != exp_t.shape:
+def _tensor_difference(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise how they differ (never "differ by 0")."""
+    if got.shape != expected.shape:
         # Shapes are shown only when they differ: "got shape (3, 4), expected shape (3, 4)" helps nobody.
-        return f"got shape {tuple(got_t.shape)}, expected shape {tuple(exp_t.shape)}"
+        return f"got shape {tuple(got.shape)}, expected shape {tuple(expected.shape)}"
     details = []
-    if _is_bool(got_t) != _is_bool(exp_t):
-        details.append(f"returned dtype {got_t.dtype}, expected {exp_t.dtype}")
-    if got_t.numel() == 0:
-        return ", ".join(details) or "the shapes match"
-    g, e = _as_numbers(got_t), _as_numbers(exp_t)
+    if _is_bool(got) != _is_bool(expected):
+        # A 0/1 number tensor is not a mask, and a mask is not a tensor of weights.
+        details.append(f"returned dtype {got.dtype}, expected {expected.dtype}")
+    elif _is_bool(expected):
+        if torch.equal(got, expected):
+            return None
+    else:
+        common = torch.promote_types(got.dtype, expected.dtype)
+        exact = _is_integer_tensor(expected)  # whole numbers: no tolerance
+        g, e = got.detach().to(common), expected.detach().to(common)
+        same = torch.equal(g, e) if exact else torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True)
+        if same:
+            return None
+    if got.numel() == 0:
+        return ", ".join(details) or "the values differ"
+    g, e = _as_numbers(got), _as_numbers(expected)
     nan_mismatch = torch.isnan(g) != torch.isnan(e)
     if nan_mismatch.any():
         where = "your result has NaN" if bool(torch.isnan(g)[nan_mismatch].any()) else "the reference has NaN"
@@ -142,18 +236,432 @@ def _difference(got: Any, expected: Any) -> str:
     # Equal entries (including equal infinities and NaN against NaN) differ by 0, not by inf - inf = NaN.
     equal = (g == e) | (torch.isnan(g) & torch.isnan(e))
     gaps = (g - e).abs().masked_fill(equal, 0.0)[~nan_mismatch]
-    if gaps.numel():
+    if gaps.numel() and float(gaps.max()) > 0:
         details.append(f"largest difference {float(gaps.max()):.3g}")
-    return ", ".join(details)
+    return ", ".join(details) or "the values differ"
 
 
-# ------------------------------------------------------------------ running a check
+def _number_difference(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    if not _is_number(got):
+        return f"returned {_describe(got)}, expected a number"
+    value = got.item() if isinstance(got, torch.Tensor) else got
+    if _is_whole_number(expected):
+        want = int(expected)
+        if isinstance(value, numbers.Integral) or (math.isfinite(float(value)) and float(value).is_integer()):
+            have = int(value)
+            return None if have == want else f"returned {have}, expected {want} (off by {have - want})"
+        return f"returned {value!r}, expected the whole number {want}"
+    want_f, have_f = float(expected), float(value)
+    if math.isclose(have_f, want_f, rel_tol=rtol, abs_tol=atol) or (math.isnan(have_f) and math.isnan(want_f)):
+        return None
+    return f"returned {have_f:.6g}, expected {want_f:.6g}"
+
+
+def _one_difference(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    if isinstance(expected, torch.Tensor) and not (expected.ndim == 0 and _is_number(got)):
+        if isinstance(got, (tuple, list)) and len(got) == 1 and isinstance(got[0], torch.Tensor):
+            return f"returned {_describe(got)}; return the tensor itself"
+        if not isinstance(got, torch.Tensor):
+            return f"expected a tensor, got {_describe(got)}"
+        return _tensor_difference(got, expected, atol, rtol)
+    if _is_number(expected):
+        return _number_difference(got, expected, atol, rtol)
+    try:
+        same = bool(got == expected)
+    except Exception:  # values that cannot be compared with == are not the same
+        same = False
+    return None if same else f"returned {_describe(got)}, expected {expected!r}"
+
+
+def _output_name(index: int, names: Sequence[str]) -> str:
+    return f"output {index + 1} ({names[index]})" if index < len(names) else f"output {index + 1}"
+
+
+def _difference(got: Any, expected: Any, atol: float, rtol: float, names: Sequence[str] = ()) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise what differs, naming each output that does."""
+    if not isinstance(expected, (tuple, list)):
+        return _one_difference(got, expected, atol, rtol)
+    listed = ", ".join(names[: len(expected)])
+    wanted = f"{len(expected)} outputs" + (f" ({listed})" if listed else "")
+    if not isinstance(got, (tuple, list)):
+        return f"returned {_describe(got)}, expected {wanted}"
+    if len(got) > len(expected):
+        extra = ", ".join(f"output {i + 1}" for i in range(len(expected), len(got)))
+        return f"returned {len(got)} outputs, expected {wanted}: {extra} extra"
+    if len(got) < len(expected):
+        missing = ", ".join(_output_name(i, names) for i in range(len(got), len(expected)))
+        return f"returned {len(got)} output{'s' if len(got) != 1 else ''}, expected {wanted}: {missing} missing"
+    parts = []
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        detail = _one_difference(g, e, atol, rtol)
+        if detail is not None:
+            parts.append(f"{_output_name(i, names)}: {detail}")
+    if not parts:
+        return None
+    matching = len(expected) - len(parts)
+    others = {0: "", 1: " (the other output matches)"}.get(matching, f" (the other {matching} outputs match)")
+    return "; ".join(parts) + others
+
+
+def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
+    return _difference(got, expected, atol, rtol) is None
+
+
+# ------------------------------------------------------------------ whose code is this
+
+
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (torch.__file__, os.__file__, os.path.dirname(os.path.abspath(__file__)))
+)
+
+
+def _library_file(filename: str) -> bool:
+    """True for torch, the standard library, installed packages and this package: code that is not
+    the learner's (a notebook cell, a script or a test file is)."""
+    if filename.startswith("<frozen"):
+        return True
+    path = os.path.abspath(filename)
+    parts = path.split(os.sep)
+    return any(path.startswith(d) for d in _LIBRARY_DIRS) or "site-packages" in parts or "dist-packages" in parts
+
+
+def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
+    """The code objects where the learner's own function starts: under a checker's wrappers
+    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``; for a module, its ``forward``."""
+    function: Any = learner
+    for _ in range(20):
+        inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
+        if not callable(inner):
+            break
+        function = inner
+    codes = set()
+    call = vars(type(function)).get("__call__")  # a class of the learner's with its own __call__
+    for candidate in (function, getattr(function, "forward", None), call):
+        candidate = getattr(candidate, "__func__", candidate)
+        code = getattr(candidate, "__code__", None)
+        if isinstance(code, CodeType) and not _library_file(code.co_filename):
+            codes.add(code)
+    return codes
+
+
+def _frame_line(frame: FrameType, lineno: int) -> str:
+    summary = traceback.FrameSummary(frame.f_code.co_filename, lineno, frame.f_code.co_name)
+    line = (summary.line or "").strip()
+    shown = f": `{line}`" if line else ""
+    return f"in {frame.f_code.co_name}, line {lineno}{shown}"
+
+
+def _learner_frames(tb: TracebackType | None, learner: Callable[..., Any]) -> list[tuple[FrameType, int]] | None:
+    """The frames of the traceback from the learner's function on, or None when the error never
+    reached the learner's code (it was raised by a checker's wrapper)."""
+    frames = list(traceback.walk_tb(tb))
+    codes = _learner_codes(learner)
+    if not codes:  # a builtin or an object we cannot see into: every frame is the learner's
+        return [(f, n) for f, n in frames if not _library_file(f.f_code.co_filename)] or frames[-1:]
+    start = next((i for i, (f, _) in enumerate(frames) if f.f_code in codes), None)
+    return None if start is None else frames[start:]
+
+
+def _learner_line(frames: Sequence[tuple[FrameType, int]]) -> str:
+    """`` (in my_function, line 3: `e = x.t()`)``: the learner's own line where the error was
+    raised -- the last frame of the learner's code, not of torch or this package."""
+    own = [(f, n) for f, n in frames if not _library_file(f.f_code.co_filename)]
+    if not own:
+        return ""
+    return f" ({_frame_line(*own[-1])})"
+
+
+def _enclosing_loop(frame: FrameType, lineno: int, kinds: tuple[type, ...]) -> str:
+    """`` the loop at line 5: `while i < n:` ``, the innermost loop of ``kinds`` in the learner's code
+    around ``lineno`` (read from the source, which Jupyter keeps for each cell), or ""."""
+    try:
+        lines, first_line = inspect.getsourcelines(frame.f_code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return ""
+    offset = max(first_line, 1) - 1
+    loops = [
+        node.lineno + offset
+        for node in ast.walk(tree)
+        if isinstance(node, kinds) and node.lineno + offset <= lineno <= (node.end_lineno or 0) + offset
+    ]
+    if not loops:
+        return ""
+    start = max(loops)
+    if start == lineno:
+        return ""  # the stopped line is the loop's own line, shown already
+    text = linecache.getline(frame.f_code.co_filename, start).strip()
+    return f", inside the loop at line {start}: `{text}`" if text else ""
+
+
+def _stopped_where(frames: Sequence[tuple[FrameType, int]]) -> str:
+    """Where a stopped function was: the line of the learner's function, the line deeper in the
+    learner's code that was running at that moment (when it is another one), and the loop around it."""
+    own = [(f, n) for f, n in frames if not _library_file(f.f_code.co_filename)]
+    if not own:
+        return ""
+    outer, inner = _frame_line(*own[0]), _frame_line(*own[-1])
+    where = f" ({outer})" if len(own) == 1 else f" ({outer}; deeper, {inner})"
+    # A `while` loop is the likelier culprit than a `for` loop over a range, wherever it is.
+    loop = next(
+        (
+            text
+            for kinds in ((ast.While,), (ast.For,))
+            for text in (_enclosing_loop(f, n, kinds) for f, n in reversed(own))
+            if text
+        ),
+        "",
+    )
+    return where + loop
+
+
+# ------------------------------------------------------------------ calling the learner
+
+
+@contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    def stop(signum: int, frame: Any) -> None:
+        raise _TimeLimitReached
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    outer_delay, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_delay:  # someone else's alarm was pending (a test runner's timeout): give back what is left
+            signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1e-3))
+
+
+class _Stopped(Exception):
+    """The learner's function ran out of time; ``where`` is the line it was running."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
+def _call_with_time_limit(
+    function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], learner: Callable[..., Any]
+) -> Any:
+    seconds = TIME_LIMIT_SECONDS
+    if seconds is None or seconds <= 0:
+        return function(*args, **kwargs)
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        # Linux and macOS, a Jupyter kernel or Colab: the alarm interrupts the learner's loop where it is.
+        try:
+            with _alarm(seconds):
+                return function(*args, **kwargs)
+        except _TimeLimitReached as stop:
+            frames = _learner_frames(stop.__traceback__, learner) or []
+            raise _Stopped(_stopped_where(frames)) from None
+    # Elsewhere (Windows, a worker thread): run in a daemon thread and stop waiting for it. The thread
+    # keeps the stack of the learner's frames it is in (calls and returns only), to say where it was.
+    box: dict[str, Any] = {}
+    stack: list[FrameType] = []
+
+    def follow(frame: FrameType, event: str, arg: Any) -> None:
+        if _library_file(frame.f_code.co_filename):
+            return
+        if event == "call":
+            stack.append(frame)
+        elif event == "return" and stack and stack[-1] is frame:
+            stack.pop()
+
+    def run() -> None:
+        sys.setprofile(follow)
+        try:
+            box["value"] = function(*args, **kwargs)
+        except BaseException as exc:  # handed back to the caller's thread below
+            box["error"] = exc
+        finally:
+            sys.setprofile(None)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _Stopped(_stopped_where([(frame, frame.f_lineno) for frame in list(stack)]))
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _fresh(value: Any) -> Any:
+    # Every call gets its own copy, so that no call (the learner's, the reference's) sees another's edits.
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an argument that cannot be copied is passed as it is
+        return value
 
 
 def _call(function: Callable[..., Any], case: Case) -> Any:
-    # Clone so an in-place mistake in one implementation cannot corrupt the next call.
-    args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case.args)
-    return function(*args, **case.kwargs)
+    return function(*_fresh(case.args), **_fresh(case.kwargs))
+
+
+def _tensors_of(value: Any, depth: int = 0) -> list[tuple[str, Any]]:
+    """Tensors and plain values inside an argument, by path, to see whether a call changed them."""
+    if isinstance(value, torch.Tensor):
+        return [("", value)]
+    if depth > 2:
+        return []
+    if isinstance(value, (int, float, str, bool, complex, type(None))):
+        return [("", value)]
+    if isinstance(value, (tuple, list)):
+        return [(f"[{i}]{p}", t) for i, v in enumerate(value) for p, t in _tensors_of(v, depth + 1)]
+    if isinstance(value, dict):
+        return [(f"[{k!r}]{p}", t) for k, v in value.items() for p, t in _tensors_of(v, depth + 1)]
+    found: list[tuple[str, Any]] = []
+    if isinstance(value, torch.nn.Module):
+        found += [(f".{n}", t) for n, t in value.named_parameters()] + [(f".{n}", t) for n, t in value.named_buffers()]
+    attributes = getattr(value, "__dict__", {})
+    for name, attribute in attributes.items():
+        if name.startswith("_") and isinstance(value, torch.nn.Module):
+            continue  # the module's own bookkeeping; its parameters and buffers are listed above
+        found += [(f".{name}{p}", t) for p, t in _tensors_of(attribute, depth + 1)]
+    return found
+
+
+def _unchanged(before: Any, after: Any) -> bool:
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor) or before.shape != after.shape or before.dtype != after.dtype:
+            return False
+        b, a = before.detach(), after.detach()
+        if b.is_floating_point() or b.is_complex():
+            return bool(((b == a) | (torch.isnan(b) & torch.isnan(a))).all())
+        return torch.equal(b, a)
+    try:
+        return bool(before == after) or (before != before and after != after)  # NaN equals NaN here
+    except Exception:
+        return True
+
+
+def _changed_part(before: Any, after: Any) -> str | None:
+    """None when ``after`` still equals ``before``; otherwise the path of what changed ("" for the whole)."""
+    old, new = _tensors_of(before), dict(_tensors_of(after))
+    for path, value in old:
+        if path not in new or not _unchanged(value, new[path]):
+            return path
+    return None
+
+
+def _parameter_names(learner: Callable[..., Any]) -> list[str]:
+    try:
+        parameters = inspect.signature(inspect.unwrap(learner)).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+class _ChangedArgument(Exception):
+    def __init__(self, name: str, part: str, before: Any, after: Any) -> None:
+        super().__init__(name)
+        self.name, self.part = name, part
+        # A tensor whose shape changed was reshaped in place (t_, unsqueeze_, resize_), not written into.
+        old = dict(_tensors_of(before)).get(part)
+        new = dict(_tensors_of(after)).get(part)
+        self.reshaped = (
+            (tuple(old.shape), tuple(new.shape))
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape != new.shape
+            else None
+        )
+
+
+@dataclass
+class _Run:
+    """Runs the learner on fresh copies of a case, with the time limit, and checks its arguments."""
+
+    learner: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.case(Case(args, kwargs))
+
+    def case(self, case: Case) -> Any:
+        args, kwargs = _fresh(case.args), _fresh(case.kwargs)
+        result = _call_with_time_limit(self.learner, args, kwargs, self.learner)
+        names = _parameter_names(self.learner)
+        for i, (before, after) in enumerate(zip(case.args, args, strict=True)):
+            part = _changed_part(before, after)
+            if part is not None:
+                raise _ChangedArgument(names[i] if i < len(names) else f"number {i + 1}", part, before, after)
+        for key, before in case.kwargs.items():
+            part = _changed_part(before, kwargs[key])
+            if part is not None:
+                raise _ChangedArgument(key, part, before, kwargs[key])
+        return result
+
+
+def _missing_forward(learner: Callable[..., Any]) -> str | None:
+    """For an ``nn.Module`` without ``forward``: what to tell the learner (a close name if there is one)."""
+    if not isinstance(learner, torch.nn.Module) or type(learner).forward is not torch.nn.Module.forward:
+        return None
+    own = [
+        name for klass in type(learner).__mro__ if klass.__module__ != "torch.nn.modules.module" for name in vars(klass)
+    ]
+    close = difflib.get_close_matches("forward", [n for n in own if not n.startswith("__")], n=1, cutoff=0.6)
+    name = type(learner).__name__
+    if close:
+        return f"your module {name} has no `forward` method; did you spell it `{close[0]}`?"
+    return f"your module {name} has no `forward` method: PyTorch calls `forward(self, ...)` when the module is called."
+
+
+# ------------------------------------------------------------------ noticing shortcuts
+
+
+def _watching(names: Sequence[str], found: list[str]) -> Callable[..., Any]:
+    """A profile function that records calls, made directly from the learner's code, of a torch or
+    package function with one of ``names`` (``torch.softmax``, ``x.softmax``, ``mh.split_heads``)."""
+    wanted = set(names)
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "c_call":
+            name = getattr(arg, "__name__", None)
+            if name in wanted and not _library_file(frame.f_code.co_filename):
+                owner = getattr(arg, "__self__", None)
+                module = getattr(owner, "__name__", "")
+                prefix = (
+                    "Tensor."
+                    if isinstance(owner, torch.Tensor)
+                    else "torch.nn.functional."
+                    if module.startswith("torch._C._nn")
+                    else "torch."
+                )
+                found.append(prefix + name)
+        elif event == "call":
+            code, caller = frame.f_code, frame.f_back
+            qualname = getattr(code, "co_qualname", code.co_name)
+            owner_name = qualname.split(".")[0]
+            name = code.co_name if code.co_name in wanted else owner_name if owner_name in wanted else None
+            if not (name and _library_file(code.co_filename) and caller):
+                return
+            # Called by the learner's code, directly or through one decorator (the package checks arguments so).
+            if not _library_file(caller.f_code.co_filename) or (
+                caller.f_back is not None and not _library_file(caller.f_back.f_code.co_filename)
+            ):
+                found.append(f"{frame.f_globals.get('__name__', '')}.{name}".lstrip("."))
+
+    return profile
+
+
+@contextmanager
+def _watching_calls(names: Sequence[str]) -> Iterator[list[str]]:
+    """Records, while active, the calls of functions named ``names`` made by the learner's code."""
+    found: list[str] = []
+    if not names:
+        yield found
+        return
+    previous = sys.getprofile()
+    sys.setprofile(_watching(names, found))
+    try:
+        yield found
+    finally:
+        sys.setprofile(previous)
+
+
+# ------------------------------------------------------------------ running a check
 
 
 def _describe_args(case: Case) -> str:
@@ -161,31 +669,18 @@ def _describe_args(case: Case) -> str:
 
     def describe(value: Any) -> str:
         if isinstance(value, torch.Tensor):
-            kind = "bool " if value.dtype == torch.bool else ""
-            return f"a {kind}tensor of shape {tuple(value.shape)}"
+            return _describe(value)
+        if isinstance(value, torch.nn.Module):
+            return f"a {type(value).__name__}"
         return repr(value)
 
     parts = [describe(a) for a in case.args] + [f"{k}={describe(v)}" for k, v in case.kwargs.items()]
     return ", ".join(parts) if parts else "no arguments"
 
 
-def _learner_line(exc: BaseException, learner: Callable[..., Any]) -> str:
-    """`` in my_function, line 3: `e = x.t()` ``: the learner's own frame where the error was raised
-    (the last frame of the traceback in the learner's code, not in torch or this package)."""
-    code = getattr(learner, "__code__", None)
-    frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if code is not None and f.filename == code.co_filename]
-    if not own:
-        return ""
-    frame = own[-1]
-    line = (frame.line or "").strip()
-    shown = f": `{line}`" if line else ""
-    return f" (in {frame.name}, line {frame.lineno}{shown})"
-
-
-def _runs(function: Callable[..., Any], case: Case) -> bool:
+def _runs(learner: Callable[..., Any], case: Case) -> bool:
     try:
-        _call(function, case)
+        _Run(learner).case(case)
     except Exception:  # any failure means "this case cannot diagnose it"
         return False
     return True
@@ -201,12 +696,16 @@ def check_function(
     square_cases: Sequence[Case] = (),
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    output_names: Sequence[str] = (),
+    shortcuts: Sequence[str] = (),
     verbose: bool = True,
 ) -> CheckResult:
     """Run ``learner`` on every case and compare with ``reference``.
 
-    The first case that differs is compared with each misconception in order; the
-    first one that reproduces the learner's output *on every case* is named.
+    The first case that differs is compared with each misconception; those that reproduce the
+    learner's output *on every case* (and whose ``detect`` probe, if any, agrees) are named -- all
+    of them, when several fit. Misconceptions known only by a symptom (``implementation=None``)
+    are tried when none fits exactly.
 
     When the learner's function *raises* on some case, it is run again on
     ``square_cases`` — inputs whose axes all have the same length. A layout or
@@ -214,15 +713,20 @@ def check_function(
     ones; if the outputs there match a misconception, that misconception is named
     together with the crash.
 
+    ``output_names`` names the outputs of a function that returns several (the message says which
+    differs); ``shortcuts`` are names of torch or package functions that do what the exercise asks
+    the learner to write: a call of one is noted in the message, without failing the answer.
+
     Prints the result's message when ``verbose`` and returns the :class:`CheckResult`.
     """
     if not callable(learner):
         raise TypeError(f"learner must be a function, got {type(learner).__name__}")
-    result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol)
+    used: list[str] = []
+    result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts, used)
     if result.status == "error" and square_cases:
         runnable = [case for case in square_cases if _runs(learner, case)]
         if runnable:
-            square = _check(exercise, learner, reference, runnable, misconceptions, atol, rtol)
+            square = _check(exercise, learner, reference, runnable, misconceptions, atol, rtol, output_names)
             if square.status == "misconception":
                 crash = result.message.split("] ", 1)[-1]
                 result = CheckResult(
@@ -232,59 +736,197 @@ def check_function(
                     f"axis has the same length, the same mistake runs without an error and gives wrong numbers.)",
                     misconception=square.misconception,
                 )
+    if used and result.status in ("correct", "misconception", "incorrect"):
+        called = ", ".join(f"`{name}`" for name in dict.fromkeys(used))
+        if called:
+            note = (
+                f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
+                "that is fine in later notebooks, but here write it from the steps above to see how it works."
+            )
+            result = CheckResult(
+                exercise,
+                result.status,
+                result.message + note,
+                misconception=result.misconception,
+                shortcuts=tuple(dict.fromkeys(used)),
+            )
     if verbose:
         print(result.message)
     return result
 
 
-def _check(exercise, learner, reference, cases, misconceptions, atol, rtol) -> CheckResult:
+def _with_case(case: Case) -> str:
+    return f"It was called with {_describe_args(case)}{' (' + case.description + ')' if case.description else ''}"
+
+
+def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: Case) -> CheckResult:
+    """What to tell the learner when running their function on ``case`` raised ``exc``."""
+    if isinstance(exc, _Stopped):
+        return CheckResult(
+            exercise,
+            "error",
+            f"[{exercise}] not yet: your function did not return within {TIME_LIMIT_SECONDS:g} s and was stopped"
+            f"{exc.where}. A loop that never ends? Check that the loop's variable moves towards its end "
+            f"(e.g. `i += 1`, or a `for` loop over a range). {_with_case(case)}.",
+        )
+    if isinstance(exc, _ChangedArgument):
+        name = exc.name
+        if exc.part and not exc.part.startswith("["):
+            # An object (a RotaryEmbedding, a module): one of its tensors or settings was changed.
+            part = f"{name}.{exc.part.lstrip('.')}"
+            message = (
+                f"your function changed its argument `{name}` in place: `{part}` is not what it was (e.g. "
+                f"`{part}.neg_()`, `{part} = …`), and the caller's object changed too. Leave `{name}` as it is; "
+                "make new tensors from what it gives you."
+            )
+        elif exc.reshaped is not None and not exc.part:
+            old_shape, new_shape = exc.reshaped
+            message = (
+                f"your function changed its argument `{name}` in place: its shape went from {old_shape} to "
+                f"{new_shape} (e.g. `{name}.t_()`, `{name}.unsqueeze_(…)`, `{name}.transpose_(…)`), so the caller's "
+                f"tensor changed too. Use the versions without the underscore, which return a new view: "
+                f"`{name}.t()`, `{name}.unsqueeze(…)`."
+            )
+        else:
+            what = f"`{name}`" + (f" (at `{name}{exc.part}`)" if exc.part else "")
+            message = (
+                f"your function changed its argument {what} in place (e.g. `{name} /= …`, "
+                f"`{name}.masked_fill_(…)`, `{name}[…] = …`), so the caller's tensor changed too. Work on a copy: "
+                f"`{name} = {name} / …`, `masked_fill` without the underscore, or `{name}.clone()` first."
+            )
+        return CheckResult(exercise, "misconception", f"[{exercise}] not yet: {message}", misconception=IN_PLACE)
+    if isinstance(exc, AnswerRejected):
+        return CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {exc}. {_with_case(case)}.")
+    frames = _learner_frames(exc.__traceback__, learner)
+    if frames is None:
+        # The error never reached the learner's code: either the call itself did not fit the
+        # learner's parameters, or a checker's own code failed after the learner returned.
+        try:
+            signature = inspect.signature(inspect.unwrap(learner))
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(*case.args, **case.kwargs)
+            except TypeError as mismatch:
+                return CheckResult(
+                    exercise,
+                    "error",
+                    f"[{exercise}] not yet: your function takes {signature}, but the exercise calls it with "
+                    f"{len(case.args)} argument(s) ({mismatch}). {_with_case(case)}.",
+                )
+        return CheckResult(
+            exercise,
+            "error",
+            f"[{exercise}] the checker itself failed ({type(exc).__name__}: {exc}) after your function "
+            "returned: this is a bug in the checker, not in your code.",
+        )
+    if isinstance(exc, NotImplementedError) and "forward" not in str(exc):
+        return CheckResult(
+            exercise,
+            "not_attempted",
+            f"[{exercise}] not attempted yet: replace the `raise NotImplementedError` line "
+            "(or a function it calls still raises NotImplementedError).",
+        )
+    return CheckResult(
+        exercise,
+        "error",
+        f"[{exercise}] your function raised {type(exc).__name__}: {exc}{_learner_line(frames or [])}. "
+        f"{_with_case(case)}; check which shapes your code assumes.",
+    )
+
+
+def _returns_nothing(outputs: Sequence[Any], expected: Sequence[Any]) -> int | None:
+    return next(
+        (i for i, (g, e) in enumerate(zip(outputs, expected, strict=True)) if g is None and e is not None), None
+    )
+
+
+def _detects(mistake: Misconception, run: _Run) -> bool:
+    if mistake.detect is None:
+        return True
+    try:
+        return bool(mistake.detect(run))
+    except Exception:  # the probe could not run the learner's code: no evidence either way
+        return False
+
+
+def _check(
+    exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts=(), used=None
+) -> CheckResult:
+    run = _Run(learner)
     learner_outputs = []
+    missing_forward = _missing_forward(learner)
+    if missing_forward:
+        return CheckResult(exercise, "error", f"[{exercise}] not yet: {missing_forward}")
+    if isinstance(learner, type) and issubclass(learner, torch.nn.Module):
+        name = learner.__name__
+        return CheckResult(
+            exercise,
+            "error",
+            f"[{exercise}] not yet: you passed the class {name} itself; pass a module made from it, {name}(...).",
+        )
     for case in cases:
         try:
-            learner_outputs.append(_call(learner, case))
-        except NotImplementedError:
-            return CheckResult(
-                exercise,
-                "not_attempted",
-                f"[{exercise}] not attempted yet: replace the `raise NotImplementedError` line "
-                "(or a function it calls still raises NotImplementedError).",
-            )
+            # The first call is watched for shortcuts: the learner's code runs once per case, so that
+            # whatever it prints is printed once.
+            with _watching_calls(shortcuts if case is cases[0] and used is not None else ()) as found:
+                learner_outputs.append(run.case(case))
+            if used is not None:
+                used += found
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
-            return CheckResult(
-                exercise,
-                "error",
-                f"[{exercise}] your function raised {type(exc).__name__}: {exc}{_learner_line(exc, learner)}. "
-                f"It was called with {_describe_args(case)}"
-                f"{' (' + case.description + ')' if case.description else ''}; "
-                "check which shapes your code assumes.",
-            )
+            return _failure(exercise, exc, learner, case)
     expected_outputs = [_call(reference, case) for case in cases]
-    first_wrong = next(
-        (
-            i
-            for i, (g, e) in enumerate(zip(learner_outputs, expected_outputs, strict=True))
-            if not _same(g, e, atol, rtol)
-        ),
-        None,
-    )
+    nothing = _returns_nothing(learner_outputs, expected_outputs)
+    if nothing is not None:
+        return CheckResult(
+            exercise,
+            "incorrect",
+            f"[{exercise}] not yet: your function returned None — did you forget `return`? "
+            f"{_with_case(cases[nothing])}.",
+        )
+    differences = [
+        _difference(g, e, atol, rtol, output_names) for g, e in zip(learner_outputs, expected_outputs, strict=True)
+    ]
+    first_wrong = next((i for i, d in enumerate(differences) if d is not None), None)
     if first_wrong is None:
         return CheckResult(exercise, "correct", f"[{exercise}] correct on all {len(cases)} cases.")
+    fitting: list[Misconception] = []
     for mistake in misconceptions:
+        if mistake.implementation is None:
+            continue
         try:
             mistaken = [_call(mistake.implementation, case) for case in cases]
         except Exception:
             continue
-        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)):
-            return CheckResult(
-                exercise,
-                "misconception",
-                f"[{exercise}] not yet: this looks like '{mistake.name}'. {mistake.hint}",
-                misconception=mistake.name,
-            )
+        if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)) and _detects(
+            mistake, run
+        ):
+            fitting.append(mistake)
+    if not fitting:
+        fitting = [m for m in misconceptions if m.implementation is None and m.detect and _detects(m, run)]
+    by_name = list({m.name: m for m in reversed(fitting)}.values())[::-1]  # the first of each name
+    if len(by_name) == 1:
+        mistake = by_name[0]
+        return CheckResult(
+            exercise,
+            "misconception",
+            f"[{exercise}] not yet: this looks like '{mistake.name}'. {mistake.hint}",
+            misconception=mistake.name,
+        )
+    if by_name:
+        options = " Or ".join(f"'{m.name}': {m.hint}" for m in by_name)
+        return CheckResult(
+            exercise,
+            "misconception",
+            f"[{exercise}] not yet: your numbers fit {len(by_name)} known mistakes, which give the same results on "
+            f"these cases; look for either. {options}",
+            misconception=by_name[0].name,
+        )
     case = cases[first_wrong]
-    detail = _difference(learner_outputs[first_wrong], expected_outputs[first_wrong])
     return CheckResult(
         exercise,
         "incorrect",
-        f"[{exercise}] not yet: case '{case.description or first_wrong}' differs from the reference ({detail}).",
+        f"[{exercise}] not yet: case '{case.description or first_wrong}' differs from the reference "
+        f"({differences[first_wrong]}).",
     )

@@ -15,7 +15,16 @@ import torch
 from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 
-__all__ = ["check_causal_mask", "check_masked_attention", "check_masked_softmax", "random_mask"]
+__all__ = [
+    "FINITE_FILL_HINT",
+    "FINITE_FILL_NAME",
+    "attention_blocked_key_gets_weight",
+    "blocked_key_gets_weight",
+    "check_causal_mask",
+    "check_masked_attention",
+    "check_masked_softmax",
+    "random_mask",
+]
 
 POLARITY_NAME = "inverted mask polarity (True = blocked)"
 POLARITY_HINT = (
@@ -30,6 +39,35 @@ AFTER_SOFTMAX_HINT = (
     "(dividing each row by its new sum would repair it). Simpler: fill blocked *scores* with -inf before "
     "the softmax."
 )
+
+
+FINITE_FILL_NAME = "blocked scores pushed down by a finite number instead of -inf"
+FINITE_FILL_HINT = (
+    "Your blocked keys still get weight when the visible scores are lower still: a query whose visible keys "
+    "score -1e35 puts its weight on a blocked key. Filling with (or adding) a finite number such as -10000, "
+    "-1e4 or -1e9 only works while every visible score stays far above it. Fill blocked scores with -inf: "
+    "scores.masked_fill(~mask, float('-inf'))."
+)
+
+# Probes: tiny inputs, each built so that one mistake shows and the right answer is plain to see.
+_FAR_BELOW = -1e35  # far below any finite fill a learner writes, and still a float32 number
+
+
+def blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
+    """A softmax over scores whose visible keys score -1e35 and whose blocked key scores 0: with -inf
+    the blocked key gets 0; with any finite fill (or added constant) above -1e35 it takes the weight."""
+    scores = torch.tensor([[_FAR_BELOW, _FAR_BELOW, 0.0]], dtype=torch.float64)
+    weights = run(scores, torch.tensor([[True, True, False]]))
+    return bool(torch.as_tensor(weights).double()[0, 2] > 0.5)
+
+
+def attention_blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
+    """The same probe through attention: d_k = 1, so the scores are q * k; the blocked key's value is 100."""
+    q = torch.tensor([[1e17]], dtype=torch.float64)
+    k = torch.tensor([[-1e18], [-1e18], [0.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0], [1.0], [100.0]], dtype=torch.float64)
+    out = run(q, k, v, torch.tensor([[True, True, False]]))
+    return bool(torch.as_tensor(out).double()[0, 0] > 50.0)
 
 
 # ---------------------------------------------------------------- causal mask
@@ -48,7 +86,8 @@ def _as_number_mask(make_mask: Callable[[int], torch.Tensor]) -> Callable[[int],
 def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(seq_len)`` must return the boolean ``(seq_len, seq_len)`` causal
     mask, ``True`` where query ``i`` may attend to key ``j`` (``j <= i``)."""
-    cases = [Case((n,), description=f"seq_len={n}") for n in (1, 3, 6)]
+    # 17 tokens: longer than a fixed buffer such as torch.tril(torch.ones(8, 8))[:n, :n] or (16, 16).
+    cases = [Case((n,), description=f"seq_len={n}") for n in (1, 3, 17)]
 
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, n, dtype=torch.bool)
@@ -99,7 +138,9 @@ def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
             "call .bool().",
         ),
     ]
-    return check_function("causal mask", learner, causal_mask, cases, misconceptions, verbose=verbose)
+    return check_function(
+        "causal mask", learner, causal_mask, cases, misconceptions, shortcuts=("causal_mask",), verbose=verbose
+    )
 
 
 # ---------------------------------------------------------------- masked attention
@@ -140,6 +181,17 @@ def _masked_attention_cases() -> list:
                 random_mask(g, 2, 2, 5, 5),
             ),
             description="batch and heads: q, k (2, 2, 5, 16), v (2, 2, 5, 8), mask (2, 2, 5, 5)",
+        ),
+        # d_k = 1, so the scores are q * k: query 0's visible keys score near -24000 while a blocked key
+        # scores -9000. Only -inf blocks it; a fill (or an added constant) of -10000 or -1e4 does not.
+        Case(
+            (
+                torch.tensor([[100.0], [1.0]], dtype=torch.float64),
+                torch.tensor([[-240.0], [-250.0], [-90.0], [-300.0]], dtype=torch.float64),
+                random_tensor(g, 4, 2),
+                torch.tensor([[True, True, False, True], [True, False, True, True]]),
+            ),
+            description="scores far apart: visible keys near -24000, a blocked key at -9000",
         ),
     ]
 
@@ -212,12 +264,16 @@ def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True)
             "the mask must change the *scores*, before the softmax: softmax(scores.masked_fill(~mask, -inf)).",
         ),
     ]
+    misconceptions.append(
+        Misconception(FINITE_FILL_NAME, None, FINITE_FILL_HINT, detect=attention_blocked_key_gets_weight)
+    )
     return check_function(
         "masked attention",
         learner,
         lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask),
         cases,
         misconceptions,
+        shortcuts=("scaled_dot_product_attention",),
         verbose=verbose,
     )
 
@@ -274,6 +330,12 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
         total = weights.sum(dim=-1, keepdim=True)
         return weights / torch.where(total == 0, torch.ones_like(total), total)
 
+    def clamped_max(scores, mask):
+        filled = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.exp(filled - filled.amax(dim=-1, keepdim=True).clamp_min(0.0))
+        total = weights.sum(dim=-1, keepdim=True)
+        return weights / torch.where(total == 0, torch.ones_like(total), total)
+
     misconceptions = [
         Misconception(
             "a fully masked row gives NaN (softmax of a row of -inf)",
@@ -289,12 +351,19 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "row (divide by 1 where the sum is 0), so it comes out as zeros.",
         ),
         Misconception(
+            MAX_CLAMPED_NAME,
+            clamped_max,
+            MAX_CLAMPED_HINT,
+            detect=_visible_row_far_below_zero_fails,
+        ),
+        Misconception(
             "blocked scores reach exp before the mask removes them",
             global_row_max,
             "Your row is all zeros for the query whose visible keys score near -24000 while a blocked key scores "
             "-9000: the blocked score took part in exp (or in the row's max) before the mask removed it, and "
             "exp left the range of floating-point numbers (overflow to inf, or underflow of every visible key "
             "to 0). Fill blocked scores with -inf *before* the max and the exp.",
+            detect=_blocked_score_reaches_exp,
         ),
         Misconception(
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
@@ -339,4 +408,56 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "score becomes NaN. Use masked_fill, which never multiplies by infinity.",
         ),
     ]
-    return check_function("masked softmax", learner, masked_softmax_neg_inf, cases, misconceptions, verbose=verbose)
+    misconceptions += [
+        # Known by their symptoms, so that close variants are named too.
+        Misconception(MAX_CLAMPED_NAME, None, MAX_CLAMPED_HINT, detect=_visible_row_far_below_zero_fails),
+        Misconception(FINITE_FILL_NAME, None, FINITE_FILL_HINT, detect=blocked_key_gets_weight),
+        Misconception(
+            "a fully masked row gives NaN (softmax of a row of -inf)",
+            None,
+            "Your row for a query whose keys are all blocked is NaN: its max is -inf and -inf - (-inf) is NaN, "
+            "or its sum is 0 and 0 / 0 is NaN. Guard that row (subtract 0 where the max is -inf, divide by 1 "
+            "where the sum is 0), so it comes out as zeros.",
+            detect=_fully_masked_row_is_nan,
+        ),
+    ]
+    return check_function(
+        "masked softmax",
+        learner,
+        masked_softmax_neg_inf,
+        cases,
+        misconceptions,
+        shortcuts=("masked_softmax_neg_inf", "masked_softmax_renormalize"),
+        verbose=verbose,
+    )
+
+
+MAX_CLAMPED_NAME = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
+MAX_CLAMPED_HINT = (
+    "Your row whose visible scores lie near -24000 comes out as zeros (and so does a row of scores near -1000 "
+    "with nothing blocked): the max you subtract is not the row's largest visible score (clamp_min(0), or a "
+    "fixed number, turns -24000 into 0, and exp(-24000) underflows to 0). Only a fully masked row, whose max "
+    "is -inf, needs a replacement: torch.where(row_max == float('-inf'), 0, row_max)."
+)
+
+
+def _visible_row_far_below_zero_fails(run: Callable[..., Any]) -> bool:
+    """Nothing blocked, every score near -1000: a max over the visible scores gives a row summing to 1."""
+    scores = torch.tensor([[-1000.0, -1001.0, -1002.0, -999.5]], dtype=torch.float64)
+    total = torch.as_tensor(run(scores, torch.ones(1, 4, dtype=torch.bool))).double().sum()
+    return not bool(torch.isclose(total, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _blocked_score_reaches_exp(run: Callable[..., Any]) -> bool:
+    """Visible scores near 0 and one blocked score of 1000: if the blocked score takes part in the max or
+    in exp, the visible weights vanish (or become NaN)."""
+    scores = torch.tensor([[0.0, 1.0, 1000.0, 2.0]], dtype=torch.float64)
+    weights = torch.as_tensor(run(scores, torch.tensor([[True, True, False, True]]))).double()
+    visible = weights[0, [0, 1, 3]].sum()
+    return not bool(torch.isclose(visible, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _fully_masked_row_is_nan(run: Callable[..., Any]) -> bool:
+    scores = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[False, False, False], [True, False, True]])
+    return bool(torch.isnan(torch.as_tensor(run(scores, mask)).double()[0]).any())

@@ -8,6 +8,7 @@ cache, and several add more than one new token at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -20,7 +21,7 @@ from ... import (
     scaled_dot_product_attention,
     split_heads,
 )
-from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ...teaching.checking import AnswerRejected, Case, CheckResult, Misconception, check_function
 from ..multi_head.exercises import merge_reshape_without_transpose, split_view_without_transpose
 
 __all__ = ["check_attend_with_cache", "check_causal_mhsa_rope", "check_decoding_mask"]
@@ -88,17 +89,17 @@ MASK_MISCONCEPTIONS = (
 
 
 def _require_bool(learner: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    # A number mask is reported as an error asking for a boolean one, not just as "incorrect":
+    # A number mask is rejected with a request for a boolean one, not just as "incorrect":
     # the next exercise uses the mask with ~mask and masked_fill, which need a boolean tensor.
     if not callable(learner):
         return learner  # check_function reports it
 
+    @functools.wraps(learner)
     def wrapped(*args, **kwargs):
         mask = learner(*args, **kwargs)
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            shown = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise TypeError(f"return a boolean mask (True = may attend), got {shown}")
-        return mask
+        if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
+            raise AnswerRejected(f"return a boolean mask (True = may attend), got dtype {mask.dtype}")
+        return mask  # anything else (None, a tuple) is described by check_function
 
     return wrapped
 
@@ -111,8 +112,8 @@ def check_decoding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool =
     cases = [
         Case((1, 5), description="1 new token after 4 cached"),
         Case((3, 7), description="3 new tokens after 4 cached"),
-        Case((2, 3), description="2 new tokens after 1 cached"),
         Case((4, 4), description="4 new tokens, empty cache"),
+        Case((2, 17), description="2 new tokens after 15 cached (longer than a fixed (16, 16) buffer)"),
     ]
     return check_function(
         "decoding_mask",
@@ -120,6 +121,7 @@ def check_decoding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool =
         causal_mask,
         cases,
         MASK_MISCONCEPTIONS,
+        shortcuts=("causal_mask",),
         verbose=verbose,
     )
 
@@ -226,7 +228,8 @@ def _step_cases() -> list[Case]:
             description=f"{new} new token(s) after {past} cached, heads={heads}, d_head={d_head}, base={base:g}",
         )
 
-    return [case(1, 2, 4, 1, 8, 100.0), case(2, 2, 3, 2, 8, 10000.0), case(1, 3, 2, 3, 6, 100.0)]
+    # The last case reaches position 16: 17 positions, longer than a fixed (16, 16) mask or angle table.
+    return [case(1, 2, 4, 1, 8, 100.0), case(2, 2, 3, 2, 8, 10000.0), case(1, 3, 14, 3, 6, 100.0)]
 
 
 def check_attend_with_cache(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
@@ -363,7 +366,8 @@ def _block_cases() -> list[Case]:
         x = 2.0 * torch.randn(*batch, seq, d_model, generator=g)
         return Case((x, *weights, heads, base), description=f"x {(*batch, seq, d_model)}, {heads} heads, base {base:g}")
 
-    return [case((2,), 5, 8, 2, 100.0), case((), 4, 12, 3, 10000.0), case((1,), 6, 16, 2, 100.0)]
+    # 17 tokens in the last case: longer than a fixed (16, 16) mask or RoPE table.
+    return [case((2,), 5, 8, 2, 100.0), case((), 4, 12, 3, 10000.0), case((1,), 17, 16, 2, 100.0)]
 
 
 def check_causal_mhsa_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
@@ -373,5 +377,11 @@ def check_causal_mhsa_rope(learner: Callable[..., torch.Tensor], *, verbose: boo
     keys; weights ``(d_model, d_model)`` in ``nn.Linear`` layout, no biases. Returns ``(..., seq, d_model)``.
     """
     return check_function(
-        "causal_mhsa_rope", learner, _block_reference, _block_cases(), BLOCK_MISCONCEPTIONS, verbose=verbose
+        "causal_mhsa_rope",
+        learner,
+        _block_reference,
+        _block_cases(),
+        BLOCK_MISCONCEPTIONS,
+        shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
+        verbose=verbose,
     )

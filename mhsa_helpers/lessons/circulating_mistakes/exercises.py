@@ -13,6 +13,7 @@ import torch
 from ...masking import causal_mask
 from ...softmax import softmax
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ..causal_masking.exercises import FINITE_FILL_HINT, FINITE_FILL_NAME, blocked_key_gets_weight
 
 __all__ = ["check_decode_mask", "check_masked_weights"]
 
@@ -89,6 +90,7 @@ def check_masked_weights(learner: Callable[..., Any], *, verbose: bool = True) -
             "Each query's row is normalised over the keys, dim=-1.",
         ),
     ]
+    misconceptions.append(Misconception(FINITE_FILL_NAME, None, FINITE_FILL_HINT, detect=blocked_key_gets_weight))
     return check_function(
         "masked_weights", learner, _reference_weights, _masked_weights_cases(), misconceptions, verbose=verbose
     )
@@ -109,7 +111,7 @@ def check_decode_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
         Case((0, 4), description="past_len=0, new_len=4 (the prompt)"),
         Case((3, 1), description="past_len=3, new_len=1 (one generated token)"),
         Case((3, 3), description="past_len=3, new_len=3"),
-        Case((5, 2), description="past_len=5, new_len=2"),
+        Case((15, 2), description="past_len=15, new_len=2 (17 keys: longer than a fixed (16, 16) buffer)"),
     ]
     misconceptions = [
         Misconception(
@@ -148,4 +150,12 @@ def check_decode_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
             "F.scaled_dot_product_attention instead of blocking them: return a torch.bool tensor.",
         ),
     ]
-    return check_function("decode_mask", learner, _reference_decode_mask, cases, misconceptions, verbose=verbose)
+    return check_function(
+        "decode_mask",
+        learner,
+        _reference_decode_mask,
+        cases,
+        misconceptions,
+        shortcuts=("causal_mask",),
+        verbose=verbose,
+    )

@@ -118,6 +118,7 @@ def check_previous_token_score(learner: Callable[..., torch.Tensor], *, verbose:
         previous_token_score,
         _previous_token_cases(),
         PREVIOUS_TOKEN_MISCONCEPTIONS,
+        shortcuts=("previous_token_score",),
         verbose=verbose,
     )
 
@@ -239,6 +240,7 @@ def check_induction_score(learner: Callable[..., torch.Tensor], *, verbose: bool
         _induction_reference,
         _induction_cases(),
         INDUCTION_MISCONCEPTIONS,
+        shortcuts=("induction_score",),
         verbose=verbose,
     )
 
@@ -333,7 +335,14 @@ def check_repeat_chunk(
     """Check ``learner(noise (batch, seq), first_start (batch,), repeat_len (batch,)) -> (tokens (batch, seq),
     induction_mask (batch, seq) bool)`` against :func:`~.task.repeat_chunk`."""
     return check_function(
-        "repeat_chunk", learner, _repeat_reference, _repeat_cases(), REPEAT_MISCONCEPTIONS, verbose=verbose
+        "repeat_chunk",
+        learner,
+        _repeat_reference,
+        _repeat_cases(),
+        REPEAT_MISCONCEPTIONS,
+        output_names=("tokens", "induction_mask"),
+        shortcuts=("repeat_chunk",),
+        verbose=verbose,
     )
 
 

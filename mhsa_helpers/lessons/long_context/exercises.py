@@ -3,6 +3,7 @@ NTK-aware RoPE frequencies. Each names the mistake a wrong answer matches."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ def check_window_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
         Case((6, 3), description="seq_len=6, window=3"),
         Case((7, 1), description="seq_len=7, window=1 (each token sees only itself)"),
         Case((5, 5), description="seq_len=5, window=5 (the whole causal triangle)"),
-        Case((8, 2), description="seq_len=8, window=2"),
+        Case((17, 2), description="seq_len=17, window=2 (longer than a fixed (16, 16) buffer)"),
     ]
 
     def band(seq_len: int, window: int, low: int, high: int) -> torch.Tensor:
@@ -64,6 +65,7 @@ def check_window_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
         lambda n, w: sliding_window_mask(n, window=w),
         cases,
         misconceptions,
+        shortcuts=("sliding_window_mask",),
         verbose=verbose,
     )
 
@@ -73,13 +75,13 @@ def check_window_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
 
 def _causal_part(function: Callable[..., Any]) -> Callable[..., Any]:
     # Future keys are masked anyway, so any value there is right: compare the past and the diagonal only.
+    @functools.wraps(function)
     def wrapped(num_heads: int, seq_len: int) -> Any:
         bias = function(num_heads, seq_len)
         if isinstance(bias, torch.Tensor) and bias.shape[-2:] == (seq_len, seq_len):
             return bias.double().masked_fill(~causal_mask(seq_len), 0.0)
         return bias
 
-    wrapped.__name__ = getattr(function, "__name__", "learner")
     return wrapped
 
 
@@ -93,7 +95,7 @@ def check_alibi_bias(learner: Callable[..., Any], *, verbose: bool = True) -> Ch
     (``num_heads`` a power of two). Entries above the diagonal are not checked (a causal mask hides them)."""
     cases = [
         Case((8, 5), description="num_heads=8, seq_len=5"),
-        Case((4, 6), description="num_heads=4, seq_len=6"),
+        Case((4, 17), description="num_heads=4, seq_len=17 (longer than a fixed (16, 16) buffer)"),
         Case((2, 3), description="num_heads=2, seq_len=3"),
     ]
     square = [Case((4, 4), description="num_heads=4, seq_len=4"), Case((8, 8), description="num_heads=8, seq_len=8")]
@@ -126,6 +128,7 @@ def check_alibi_bias(learner: Callable[..., Any], *, verbose: bool = True) -> Ch
         cases,
         [Misconception(m.name, _causal_part(m.implementation), m.hint) for m in misconceptions],
         square_cases=square,
+        shortcuts=("alibi_bias",),
         verbose=verbose,
     )
 
@@ -172,4 +175,12 @@ def check_ntk_frequencies(learner: Callable[..., Any], *, verbose: bool = True) 
             "by exactly the factor.",
         ),
     ]
-    return check_function("ntk_frequencies", learner, _ntk_reference, cases, misconceptions, verbose=verbose)
+    return check_function(
+        "ntk_frequencies",
+        learner,
+        _ntk_reference,
+        cases,
+        misconceptions,
+        shortcuts=("scaled_rope_frequencies",),
+        verbose=verbose,
+    )

@@ -103,7 +103,13 @@ def _split_cases() -> list[Case]:
 def check_split_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(x (..., seq, d_model), num_heads) -> (..., heads, seq, d_head)``."""
     return check_function(
-        "split_heads", learner, split_heads, _split_cases(), SPLIT_HEADS_MISCONCEPTIONS, verbose=verbose
+        "split_heads",
+        learner,
+        split_heads,
+        _split_cases(),
+        SPLIT_HEADS_MISCONCEPTIONS,
+        shortcuts=("split_heads",),
+        verbose=verbose,
     )
 
 
@@ -169,7 +175,13 @@ def _merge_cases() -> list[Case]:
 def check_merge_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(x (..., heads, seq, d_head)) -> (..., seq, heads * d_head)``."""
     return check_function(
-        "merge_heads", learner, merge_heads, _merge_cases(), MERGE_HEADS_MISCONCEPTIONS, verbose=verbose
+        "merge_heads",
+        learner,
+        merge_heads,
+        _merge_cases(),
+        MERGE_HEADS_MISCONCEPTIONS,
+        shortcuts=("merge_heads",),
+        verbose=verbose,
     )
 
 
@@ -308,7 +320,13 @@ def check_multi_head_attention(learner: Callable[..., torch.Tensor], *, verbose:
     no mask. Expected output ``(..., seq, d_model)``.
     """
     return check_function(
-        "multi_head_attention", learner, _mha_reference, _mha_cases(), MHA_MISCONCEPTIONS, verbose=verbose
+        "multi_head_attention",
+        learner,
+        _mha_reference,
+        _mha_cases(),
+        MHA_MISCONCEPTIONS,
+        shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
+        verbose=verbose,
     )
 
 
@@ -366,5 +384,6 @@ def check_stacked_to_per_head(learner: Callable[..., torch.Tensor], *, verbose: 
         fused_qkv_stacked_to_per_head,
         _fused_cases(),
         FUSED_MISCONCEPTIONS,
+        shortcuts=("fused_qkv_stacked_to_per_head",),
         verbose=verbose,
     )

@@ -187,6 +187,7 @@ def check_scores(learner: Callable[..., Any], *, verbose: bool = True) -> CheckR
         cases,
         misconceptions,
         square_cases=square,
+        shortcuts=("attention_scores",),
         verbose=verbose,
     )
 

@@ -91,7 +91,13 @@ def check_rope_frequencies(learner: Callable[..., torch.Tensor], *, verbose: boo
         Case((16, 500.0), description="d_head=16, base=500"),
     ]
     return check_function(
-        "rope_frequencies", learner, _freq_reference, cases, FREQUENCY_MISCONCEPTIONS, verbose=verbose
+        "rope_frequencies",
+        learner,
+        _freq_reference,
+        cases,
+        FREQUENCY_MISCONCEPTIONS,
+        shortcuts=("rope_frequencies",),
+        verbose=verbose,
     )
 
 
@@ -199,9 +205,10 @@ def _apply_cases() -> list[Case]:
             (torch.randn(2, 3, 6, generator=g), torch.tensor([2, 7, 11]), 100.0),
             description="x (2, seq=3, d_head=6), positions [2, 7, 11], base 100",
         ),
+        # 17 positions up to 19: more than a fixed table of 8 or 16 angles holds.
         Case(
-            (torch.randn(1, 2, 5, 8, generator=g), torch.arange(3, 8), 10000.0),
-            description="x (1, 2, seq=5, d_head=8), positions 3..7, base 10000",
+            (torch.randn(1, 2, 17, 8, generator=g), torch.arange(3, 20), 10000.0),
+            description="x (1, 2, seq=17, d_head=8), positions 3..19, base 10000",
         ),
     ]
 
@@ -209,7 +216,13 @@ def _apply_cases() -> list[Case]:
 def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(x (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)`` (interleaved pairs)."""
     return check_function(
-        "apply_rope", learner, _apply_reference, _apply_cases(), APPLY_MISCONCEPTIONS, verbose=verbose
+        "apply_rope",
+        learner,
+        _apply_reference,
+        _apply_cases(),
+        APPLY_MISCONCEPTIONS,
+        shortcuts=("RotaryEmbedding", "apply_rotary"),
+        verbose=verbose,
     )
 
 
@@ -271,7 +284,8 @@ def _attention_cases() -> list[Case]:
         return tuple(torch.randn(*shape, generator=g) for _ in range(3))
 
     return [
-        Case((*qkv(5, 8), torch.arange(5), 100.0), description="q, k, v (seq=5, d_head=8), positions 0..4"),
+        # 17 positions: more than a fixed table of 8 or 16 angles holds.
+        Case((*qkv(17, 8), torch.arange(17), 100.0), description="q, k, v (seq=17, d_head=8), positions 0..16"),
         Case(
             (*qkv(2, 4, 6), torch.tensor([3, 4, 9, 10]), 10000.0),
             description="q, k, v (heads=2, seq=4, d_head=6), positions [3, 4, 9, 10]",
@@ -355,5 +369,6 @@ def check_interleaved_to_half_split(learner: Callable[..., torch.Tensor], *, ver
         _convert_reference,
         _convert_cases(),
         CONVERT_MISCONCEPTIONS,
+        shortcuts=("permute_rope_weight",),
         verbose=verbose,
     )

@@ -144,7 +144,14 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         ),
     ]
     return check_function(
-        "stable softmax", learner, softmax, cases, misconceptions, square_cases=square, verbose=verbose
+        "stable softmax",
+        learner,
+        softmax,
+        cases,
+        misconceptions,
+        square_cases=square,
+        shortcuts=("softmax",),
+        verbose=verbose,
     )
 
 
@@ -285,5 +292,6 @@ def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> Che
         cases,
         misconceptions,
         square_cases=square,
+        shortcuts=("scaled_dot_product_attention", "MultiheadAttention"),
         verbose=verbose,
     )

@@ -1,0 +1,427 @@
+"""Right answers to all 32 exercises, written as the solutions notebooks write them, and the wrong
+answers every checker must refuse whatever the exercise: a one-tuple or a list around the right tensor,
+a forgotten ``return``, an argument changed in place, a loop that never ends, a typo in the learner's
+own code. Each is built from the right answer the way a learner would slip, and fed to every checker
+where it applies; the test asserts the rejection *and* the words of the message.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+
+import mhsa_helpers.teaching.checking as checking
+from mhsa_helpers.lessons import LESSONS
+
+# ------------------------------------------------------------------ the right answers
+
+
+def paper_projection(x, w):
+    return x @ w
+
+
+def raw_scores(q, k):
+    return q @ k.transpose(-2, -1)
+
+
+def output_projection(c, w_o):
+    return c @ w_o.T
+
+
+def stable_softmax(x):
+    shifted = x - x.amax(dim=-1, keepdim=True)
+    exps = torch.exp(shifted)
+    return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def causal_mask(seq_len):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+
+
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def safe_masked_softmax(scores, mask):
+    scores = scores.masked_fill(~mask, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exps = torch.exp(scores - row_max)
+    sums = exps.sum(dim=-1, keepdim=True)
+    return exps / torch.where(sums == 0, torch.ones_like(sums), sums)
+
+
+def split_heads(x, num_heads):
+    *batch, seq, d_model = x.shape
+    return x.reshape(*batch, seq, num_heads, d_model // num_heads).transpose(-3, -2)
+
+
+def merge_heads(x):
+    *batch, heads, seq, d_head = x.shape
+    return x.transpose(-3, -2).reshape(*batch, seq, heads * d_head)
+
+
+def multi_head_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    q = split_heads(x @ q_weight.T, num_heads)
+    k = split_heads(x @ k_weight.T, num_heads)
+    v = split_heads(x @ v_weight.T, num_heads)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
+
+
+def stacked_to_per_head(weight, num_heads):
+    d_head = weight.shape[0] // (3 * num_heads)
+    return weight.reshape(3, num_heads, d_head, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+
+
+def rope_frequencies(d_head, base):
+    two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
+    return (base ** (-two_i / d_head)).float()
+
+
+def apply_rope(x, positions, base):
+    theta = rope_frequencies(x.shape[-1], base).double()
+    angles = positions.double()[:, None] * theta[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., 0::2], x[..., 1::2]
+    return torch.stack((first * cos - second * sin, first * sin + second * cos), dim=-1).flatten(-2)
+
+
+def rope_attention(q, k, v, positions, base):
+    q, k = apply_rope(q, positions, base), apply_rope(k, positions, base)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+def interleaved_to_half_split(weight, num_heads):
+    d_head = weight.shape[0] // num_heads
+    order = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
+    return weight.reshape(num_heads, d_head, *weight.shape[1:])[:, order].reshape(weight.shape)
+
+
+def decoding_mask(num_new, total):
+    return torch.ones(num_new, total, dtype=torch.bool).tril(diagonal=total - num_new)
+
+
+def attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope):
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(past, past + new)
+    q, k = rope(q_new, positions), rope(k_new, positions)
+    keys, values = torch.cat((cached_k, k), dim=-2), torch.cat((cached_v, v_new), dim=-2)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~decoding_mask(new, past + new), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+
+
+def causal_mhsa_rope(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
+    seq = x.shape[-2]
+    q, k, v = (split_heads(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+    q, k = apply_rope(q, torch.arange(seq), base), apply_rope(k, torch.arange(seq), base)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~causal_mask(seq), float("-inf"))
+    return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
+
+
+def previous_token_score(weights):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
+
+
+def induction_score(weights, first_start, repeat_len):
+    total, count = torch.zeros(weights.shape[1], dtype=weights.dtype), 0
+    for b in range(weights.shape[0]):
+        s, n = int(first_start[b]), int(repeat_len[b])
+        for t in range(s + n, s + 2 * n):
+            total += weights[b, :, t, t - n + 1]
+            count += 1
+    return total / count
+
+
+def repeat_chunk(noise, first_start, repeat_len):
+    tokens = noise.clone()
+    mask = torch.zeros(noise.shape, dtype=torch.bool)
+    for b in range(noise.shape[0]):
+        s, n = int(first_start[b]), int(repeat_len[b])
+        tokens[b, s + n : s + 2 * n] = noise[b, s : s + n]
+        mask[b, s + n : s + 2 * n - 1] = True
+    return tokens, mask
+
+
+def ablate_head(merged, num_heads, head):
+    d_head = merged.shape[-1] // num_heads
+    out = merged.clone()
+    out[..., head * d_head : (head + 1) * d_head] = 0
+    return out
+
+
+def online_update(running_max, normaliser, output, scores, values):
+    new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+    rescale = torch.exp(running_max - new_max)
+    weights = torch.exp(scores - new_max)
+    return new_max, normaliser * rescale + weights.sum(dim=-1, keepdim=True), output * rescale + weights @ values
+
+
+def online_attention(scores, values, tile_size):
+    running_max = torch.full((scores.shape[0], 1), -math.inf, dtype=scores.dtype)
+    normaliser = torch.zeros(scores.shape[0], 1, dtype=scores.dtype)
+    output = torch.zeros(scores.shape[0], values.shape[1], dtype=scores.dtype)
+    for start in range(0, scores.shape[1], tile_size):
+        tile = slice(start, start + tile_size)
+        running_max, normaliser, output = online_update(running_max, normaliser, output, scores[:, tile], values[tile])
+    return output / normaliser
+
+
+def expand_kv(x, groups):
+    return x.repeat_interleave(groups, dim=1)
+
+
+def kv_cache_bytes(num_layers, num_heads, num_kv_heads, head_dim, tokens, batch, bytes_per_element):
+    return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * bytes_per_element
+
+
+def window_mask(seq_len, window):
+    behind = torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]
+    return (behind >= 0) & (behind < window)
+
+
+def alibi_bias(num_heads, seq_len):
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / num_heads) for h in range(num_heads)])
+    distance = (torch.arange(seq_len)[:, None] - torch.arange(seq_len)[None, :]).float()
+    return -slopes[:, None, None] * distance
+
+
+def ntk_frequencies(d_head, base, factor):
+    new_base = base * factor ** (d_head / (d_head - 2))
+    return new_base ** -(torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+
+
+def masked_weights(scores, allowed):
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+def decode_mask(past_len, new_len):
+    return torch.ones(new_len, past_len + new_len, dtype=torch.bool).tril(diagonal=past_len)
+
+
+RIGHT = {
+    "check_paper_projection": paper_projection,
+    "check_scores": raw_scores,
+    "check_linear_projection": output_projection,
+    "check_softmax": stable_softmax,
+    "check_attention": attention,
+    "check_causal_mask": causal_mask,
+    "check_masked_attention": masked_attention,
+    "check_masked_softmax": safe_masked_softmax,
+    "check_split_heads": split_heads,
+    "check_merge_heads": merge_heads,
+    "check_multi_head_attention": multi_head_attention,
+    "check_stacked_to_per_head": stacked_to_per_head,
+    "check_rope_frequencies": rope_frequencies,
+    "check_apply_rope": apply_rope,
+    "check_rope_attention": rope_attention,
+    "check_interleaved_to_half_split": interleaved_to_half_split,
+    "check_decoding_mask": decoding_mask,
+    "check_attend_with_cache": attend_with_cache,
+    "check_causal_mhsa_rope": causal_mhsa_rope,
+    "check_previous_token_score": previous_token_score,
+    "check_induction_score": induction_score,
+    "check_repeat_chunk": repeat_chunk,
+    "check_ablate_head": ablate_head,
+    "check_online_update": online_update,
+    "check_online_attention": online_attention,
+    "check_expand_kv": expand_kv,
+    "check_kv_cache_bytes": kv_cache_bytes,
+    "check_window_mask": window_mask,
+    "check_alibi_bias": alibi_bias,
+    "check_ntk_frequencies": ntk_frequencies,
+    "check_masked_weights": masked_weights,
+    "check_decode_mask": decode_mask,
+}
+CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
+NAMES = sorted(CHECKERS)
+#: The checkers whose answer is one tensor (not several outputs, not a number).
+ONE_TENSOR = [n for n in NAMES if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes")]
+#: The checkers that pass the learner at least one tensor (or a module holding tensors).
+TAKES_TENSORS = [
+    n
+    for n in NAMES
+    if n
+    not in (
+        "check_causal_mask",
+        "check_decoding_mask",
+        "check_decode_mask",
+        "check_rope_frequencies",
+        "check_kv_cache_bytes",
+        "check_window_mask",
+        "check_alibi_bias",
+        "check_ntk_frequencies",
+    )
+]
+
+
+def test_every_checker_has_a_right_answer_here():
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 32
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_right_answer_is_accepted_without_a_note(name):
+    result = CHECKERS[name](RIGHT[name], verbose=False)
+    assert result.correct, result.message
+    assert result.shortcuts == () and "Note" not in result.message
+    assert result.message.endswith("cases.")
+
+
+# ------------------------------------------------------------------ slips around a right answer
+
+
+def like(right):
+    """Give a learner's ``answer(*args)`` the parameters of ``right``, as if it were written out in full."""
+
+    def decorate(answer):
+        answer.__signature__ = inspect.signature(right)
+        return answer
+
+    return decorate
+
+
+@pytest.mark.parametrize("name", ONE_TENSOR)
+def test_a_one_tuple_is_not_the_tensor(name):
+    right = RIGHT[name]
+
+    @like(right)
+    def answer(*args):
+        result = right(*args)
+        return (result,)  # as `return x @ w,` does
+
+    message = CHECKERS[name](answer, verbose=False).message
+    assert "not yet" in message and "returned a tuple of 1 tensor; return the tensor itself" in message
+
+
+@pytest.mark.parametrize("name", ONE_TENSOR)
+def test_a_list_around_the_tensor_is_not_the_tensor(name):
+    right = RIGHT[name]
+
+    @like(right)
+    def answer(*args):
+        return [right(*args)]
+
+    result = CHECKERS[name](answer, verbose=False)
+    assert result.status != "correct"
+    assert "returned a list of 1 tensor; return the tensor itself" in result.message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_forgotten_return_is_asked_about(name):
+    right = RIGHT[name]
+
+    @like(right)
+    def answer(*args):
+        result = right(*args)  # computed, never returned
+        del result
+
+    result = CHECKERS[name](answer, verbose=False)
+    assert result.status == "incorrect"
+    assert "returned None — did you forget `return`?" in result.message
+
+
+@pytest.mark.parametrize("name", TAKES_TENSORS)
+def test_changing_an_argument_in_place_is_named_with_the_argument(name):
+    right = RIGHT[name]
+    first = next(iter(inspect.signature(right).parameters))
+
+    @like(right)
+    def answer(*args):
+        result = right(*args)
+        target = args[0]
+        if isinstance(target, torch.Tensor):
+            target.logical_not_() if target.dtype == torch.bool else target.add_(1)
+        return result
+
+    result = CHECKERS[name](answer, verbose=False)
+    assert result.status == "misconception" and result.misconception == checking.IN_PLACE, result.message
+    assert f"changed its argument `{first}` in place" in result.message
+    assert "work on a copy" in result.message.lower()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_loop_that_never_ends_is_stopped_at_its_line(name, monkeypatch):
+    monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.2)
+    right = RIGHT[name]
+
+    @like(right)
+    def answer(*args):
+        result, step = None, 0
+        while step < 3:  # `step += 1` forgotten
+            result = right(*args)
+        return result
+
+    result = CHECKERS[name](answer, verbose=False)
+    assert result.status == "error"
+    assert "did not return within 0.2 s" in result.message
+    assert "(in answer, line" in result.message
+    # the loop is named, whether the alarm found the function on its `while` line or inside the loop
+    assert "`while step < 3:  # `step += 1` forgotten`" in result.message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_error_is_reported_at_the_learners_own_line_through_any_wrapper(name):
+    right = RIGHT[name]
+
+    @like(right)
+    def answer(*args):
+        result = right(*args)
+        return result.tranpose(0, 1)  # a typo
+
+    result = CHECKERS[name](answer, verbose=False)
+    assert result.status == "error"
+    assert "your function raised AttributeError" in result.message
+    assert "(in answer, line" in result.message and "`return result.tranpose(0, 1)  # a typo`" in result.message
+    assert "wrapped" not in result.message
+
+
+# ------------------------------------------------------------------ shortcuts are noted, never failed
+
+
+def _with_package(**names):
+    import mhsa_helpers as mh
+
+    return {name: getattr(mh, attribute) for name, attribute in names.items()}
+
+
+def test_calling_torch_softmax_in_the_softmax_exercise_is_noted_not_failed():
+    result = CHECKERS["check_softmax"](lambda x: torch.softmax(x, dim=-1), verbose=False)
+    assert result.correct
+    assert result.shortcuts == ("torch.softmax",)
+    assert "Note: your function calls `torch.softmax`" in result.message
+    tensor_method = CHECKERS["check_softmax"](lambda x: x.softmax(-1), verbose=False)
+    assert tensor_method.correct and tensor_method.shortcuts == ("Tensor.softmax",)
+
+
+def test_calling_the_package_where_the_exercise_asks_to_write_it_is_noted():
+    mh = _with_package(split="split_heads", mhsa="multi_head_self_attention", sdpa="scaled_dot_product_attention")
+    split = CHECKERS["check_split_heads"](lambda x, h: mh["split"](x, h), verbose=False)
+    assert split.correct and split.shortcuts == ("mhsa_helpers.heads.split_heads",)
+    whole = CHECKERS["check_multi_head_attention"](
+        lambda x, wq, wk, wv, wo, h: mh["mhsa"](x, wq, wk, wv, wo, num_heads=h), verbose=False
+    )
+    assert whole.correct and "multi_head_self_attention" in whole.message
+    sdpa = CHECKERS["check_attention"](lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    assert sdpa.correct and sdpa.shortcuts == ("torch.nn.functional.scaled_dot_product_attention",)
+
+
+def test_using_the_package_for_a_step_the_exercise_does_not_ask_for_is_not_noted():
+    import mhsa_helpers as mh
+
+    def mha(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+        q, k, v = (mh.split_heads(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
+        return mh.merge_heads(mh.scaled_dot_product_attention(q, k, v)) @ o_weight.T
+
+    result = CHECKERS["check_multi_head_attention"](mha, verbose=False)
+    assert result.correct and result.shortcuts == ()
