@@ -30,8 +30,8 @@ POLARITY_NAME = "inverted mask polarity (True = blocked)"
 POLARITY_HINT = (
     "Your code blocks the keys the mask allows. In this package (and in "
     "torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; nn.MultiheadAttention and "
-    "many write-ups mark *blocked* positions with True/1, and such a mask must be inverted with ~mask. "
-    "Passed unchanged, a causal model reads the future (a bug that has shipped in real code)."
+    "some code marks *blocked* positions with True/1, and such a mask must be inverted with ~mask. "
+    "Passed unchanged, a causal model reads the future (notebook 10 runs this bug)."
 )
 AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
 AFTER_SOFTMAX_HINT = (
@@ -260,7 +260,7 @@ def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True)
                 )
                 @ v
             ),
-            "Your weights were changed after the softmax (the formula softmax(QKᵀ/√d_k)V + M that circulates): "
+            "Your weights were changed after the softmax (softmax(QKᵀ/√d_k)V + M, the mask added too late): "
             "the mask must change the *scores*, before the softmax: softmax(scores.masked_fill(~mask, -inf)).",
         ),
     ]

@@ -138,7 +138,7 @@ MERGE_HEADS_MISCONCEPTIONS = (
         "reshape without transposing back",
         merge_reshape_without_transpose,
         "Your (..., heads, seq, d_head) was reshaped straight to (..., seq, heads*d_head), which puts "
-        "features of different positions on one row (a bug that circulates in published code). "
+        "features of different positions on one row. "
         "Undo the split in reverse order: "
         ".transpose(-3, -2) back to (..., seq, heads, d_head), then flatten the last two axes.",
     ),

@@ -220,7 +220,7 @@ def check_linear_projection(learner: Callable[..., Any], *, verbose: bool = True
         Misconception(
             "used a (d_out, d_in) matrix as if it were (d_in, d_out): C·W instead of C·Wᵀ",
             lambda c, w: c @ w,
-            "nn.Linear (and the printed W_O of the hand-worked example) stores one row per *output* feature, shape "
+            "nn.Linear (and W_O of the hand-worked example) stores one row per *output* feature, shape "
             "(d_out, d_in); the product is c @ w.T. With a square matrix C·W runs too, with wrong numbers.",
         ),
         Misconception(
