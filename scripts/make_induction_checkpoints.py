@@ -1,8 +1,10 @@
 """Write the checkpoints that notebook 07 opens without training.
 
-    python scripts/make_induction_checkpoints.py                      # writes mhsa_helpers/lessons/induction_heads/checkpoints/induction_steps.pt
-    python scripts/make_induction_checkpoints.py --positions learned  # writes .../checkpoints/learned_positions.pt
+    python scripts/make_induction_checkpoints.py                      # writes CHECKPOINT_FILE (induction_steps.pt)
+    python scripts/make_induction_checkpoints.py --positions learned  # writes LEARNED_CHECKPOINT_FILE
     python scripts/make_induction_checkpoints.py --out X.pt           # somewhere else
+
+both in mhsa_helpers/lessons/induction_heads/checkpoints/.
 
 Trains the default model of ``InductionConfig`` on the CPU with seed ``CHECKPOINT_SEED`` and keeps
 float16 weights at ``CHECKPOINT_STEPS``; with ``--positions learned``, the same settings with

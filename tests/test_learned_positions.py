@@ -98,3 +98,26 @@ def test_the_rope_run_has_the_sharper_previous_token_head():
     assert rope_circuit["previous_token"] > learned_circuit["previous_token"] + 0.2
     assert rope_circuit["loss"] < learned_circuit["loss"]
     assert phase_change_step(rope.history["induction_loss"]) < phase_change_step(learned.history["induction_loss"])
+
+
+# ------------------------------------------------------------------ notebook 07's loss curves: the caption
+
+
+@pytest.mark.parametrize("drop_at", [40, 271])
+def test_the_learned_at_step_caption_stays_inside_the_axes(drop_at):
+    """Notebook 07's run learns at step 271 of 320: the caption goes left of the dashed line there,
+    right of it when the line is in the left half."""
+    from mhsa_helpers.lessons.induction_heads import loss_curves
+
+    steps = 320
+    induction = [3.4 if s < drop_at else 0.5 for s in range(steps)]
+    ax = loss_curves(
+        {"step": list(range(steps)), "induction_loss": induction, "other_loss": [3.5] * steps}, vocab_size=32
+    )
+    (caption,) = [t for t in ax.texts if t.get_text().startswith("learned at step")]
+    assert caption.get_text() == f"learned at step {phase_change_step(induction)}"
+    renderer = ax.figure.canvas.get_renderer()
+    box, axes_box = caption.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert axes_box.x0 <= box.x0 and box.x1 <= axes_box.x1
+    line_x = ax.transData.transform((phase_change_step(induction), 0))[0]
+    assert (box.x1 <= line_x) == (drop_at > steps / 2)

@@ -43,6 +43,7 @@ def reindexed(layer: MultiHeadSelfAttention, x: torch.Tensor, keys_at: list[int]
     q = F.linear(x, layer.q_weight, layer.qkv_proj.bias[: layer.d_model])
     k = F.linear(x, layer.k_weight, layer.qkv_proj.bias[layer.d_model : layer.d_model + layer.kv_dim])
     v = F.linear(x, layer.v_weight, layer.qkv_proj.bias[layer.d_model + layer.kv_dim :])
+
     def split(t: torch.Tensor, n: int) -> torch.Tensor:  # (batch, seq, n * d_head) -> (batch, n, seq, d_head)
         return t.unflatten(-1, (n, d_head)).transpose(1, 2)
 
@@ -90,7 +91,7 @@ def test_a_step_of_several_tokens_rotates_by_the_slots_of_kept_and_new_keys():
         full = layer(x[:, :6], mask=sliding_window_mask(6, window=window, sinks=sinks))
         torch.testing.assert_close(prefill, full, atol=1e-5, rtol=1e-5)
         layer(x[:, 6:7], cache=cache)
-        keys_at = cache.positions.tolist() + [7, 8, 9]  # [0, 5, 6, 7, 8, 9]
+        keys_at = [*cache.positions.tolist(), 7, 8, 9]  # [0, 5, 6, 7, 8, 9]
         mask = cache.mask_for(3)
         out = layer(x[:, 7:10], mask=mask, cache=cache)
     # Explicit: rotate all six keys by 0..5, query i by slot 3 + i, mask as the cache says.
@@ -182,7 +183,9 @@ def test_rope_positions_is_checked():
 def test_explicit_token_positions_are_refused_with_cache_positions():
     layer = make_layer()
     cache = SlidingWindowCache(4, 1, rope_positions="cache")
-    with pytest.raises(ValueError, match=r"token_positions must be None with a SlidingWindowCache\(rope_positions='cache'\)"):
+    with pytest.raises(
+        ValueError, match=r"token_positions must be None with a SlidingWindowCache\(rope_positions='cache'\)"
+    ):
         layer(torch.randn(1, 1, 16), token_positions=torch.tensor([0]), cache=cache)
     assert cache.length == 0 and cache.keys is None
     # The default cache takes them as before.
