@@ -90,6 +90,9 @@ def loss_curves(
             color=INDUCTION_COLOR,
             fontsize=fontsize - 1,
             ha="right" if right_half else "left",
+            # Readable where the explorer's black step line crosses it.
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0},
+            zorder=5,
         )
     if step is not None:
         ax.axvline(step, color="black", linewidth=1.5)
