@@ -649,10 +649,19 @@ def mhsa_forward_args(
     past = 0 if cache is None else check_cache_fits(cache, x, module.num_kv_heads, module.d_head)
     held = None if cache is None else cast("KVCache", cache).keys
     stored = 0 if held is None else held.shape[-2]
+    in_cache = cache is not None and cast("KVCache", cache).rope_positions == "cache"
     if token_positions is not None:
         check_token_positions(token_positions, x, rope_on=module.rope is not None)
+        if in_cache:
+            raise ValueError(
+                "token_positions must be None with a SlidingWindowCache(rope_positions='cache'): it gives "
+                f"each key and query its slot in the cache; got token_positions of shape "
+                f"{tuple(token_positions.shape)}; use rope_positions='original' to rotate by positions you choose"
+            )
     if module.rope is not None:
-        if token_positions is None:
+        if in_cache:  # slots 0 .. stored + seq - 1, however long the stream
+            check_positions_in_range(0, stored + seq - 1, module.rope.max_seq_len)
+        elif token_positions is None:
             check_positions_in_range(past, past + seq - 1, module.rope.max_seq_len)
         else:
             check_positions_tensor_in_range(token_positions, module.rope.max_seq_len)
@@ -1023,9 +1032,15 @@ def kv_cache_init_args(capacity: int | None = None) -> None:
         check_positive_int("capacity", capacity)
 
 
-def sliding_window_cache_args(window: int, sinks: int = 0) -> None:
+#: Where a :class:`~mhsa_helpers.kv_cache.SlidingWindowCache` has RoPE put its keys: at their
+#: position in the stream, or at their slot in the cache (StreamingLLM).
+CACHE_ROPE_POSITIONS = ("original", "cache")
+
+
+def sliding_window_cache_args(window: int, sinks: int = 0, rope_positions: str = "original") -> None:
     check_int("window", window, 1, why=" (each new token sees itself and the window - 1 tokens before it)")
     check_int("sinks", sinks, 0, why=" (the first tokens that are never evicted)")
+    check_choice("rope_positions", rope_positions, CACHE_ROPE_POSITIONS)
 
 
 def cache_mask_args(cache: Any, new: int) -> None:

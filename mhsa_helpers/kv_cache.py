@@ -7,7 +7,9 @@ attention sinks (:class:`SlidingWindowCache`) in notebook 09.
 During generation the keys and values of past tokens never change, so they are
 kept instead of being recomputed. Keys are stored *after* RoPE: position ``m``
 was rotated once, when its token arrived; new tokens continue at
-``positions = cache.length, cache.length + 1, ...``.
+``positions = cache.length, cache.length + 1, ...``. The one exception is a
+``SlidingWindowCache(rope_positions="cache")``, which stores keys *before* RoPE and
+has them rotated at every step by their slot in the cache (StreamingLLM, Xiao et al., 2023, §3.2).
 
 A module uses a cache in two steps, so that a call that fails leaves the cache as it was:
 ``keys, values = cache.extended(new_keys, new_values)`` gives everything to attend to, and
@@ -33,7 +35,12 @@ class KVCache:
     Write in place only without autograd (``torch.no_grad()``), as when generating.
 
     ``length`` is the next token's position; ``keys`` and ``values`` are what is held.
+    ``rope_positions`` says where RoPE puts the held keys: always ``"original"`` here (rotated
+    once, at their position in the stream, and stored rotated); see :class:`SlidingWindowCache`.
     """
+
+    #: Where RoPE places the held keys (read by ``MultiHeadSelfAttention.forward``).
+    rope_positions: str = "original"
 
     def __init__(self, capacity: int | None = None) -> None:
         checks.kv_cache_init_args(capacity)
@@ -111,15 +118,33 @@ class SlidingWindowCache(KVCache):
     sees itself and the ``window - 1`` tokens before it (plus the sinks), finds exactly what it
     may attend to. Memory stays ``sinks + window`` rows however long the stream.
 
-    ``length`` counts every token seen (the next position, for RoPE); ``keys``/``values`` hold
-    only the kept rows, and ``positions`` their positions. Decoding one token at a time needs no
-    mask; a step of several new tokens passes ``mask=cache.mask_for(new)``.
+    ``length`` counts every token seen; ``keys``/``values`` hold only the kept rows, and
+    ``positions`` their positions in the stream. Decoding one token at a time needs no mask; a
+    step of several new tokens passes ``mask=cache.mask_for(new)``.
+
+    ``rope_positions`` chooses the positions RoPE rotates by, once the middle has been evicted:
+
+    * ``"original"`` (default): each key is rotated once, at its position in the stream, and
+      stored rotated, as in :class:`KVCache`. Decoding equals the full pass with
+      ``sliding_window_mask(..., window, sinks)``; but after ``t`` tokens the query sees a sink
+      ``t`` positions back, a distance that grows without bound and that a model trained on
+      short sequences never saw.
+    * ``"cache"`` (StreamingLLM, Xiao et al., 2023, §3.2): keys are stored *before* RoPE; at
+      each step the held keys and the new ones are rotated by their slot in the cache,
+      ``0 .. kept + new - 1``, and each new query by its own slot. A sink is then never more than
+      ``sinks + window - 1`` positions from the query, and the window keys keep their true
+      distances. Positions never exceed the cache's size, so a stream may be longer than the
+      module's RoPE table (``max_seq_len``). ``MultiHeadSelfAttention`` does the rotation; it
+      refuses explicit ``token_positions`` with such a cache.
+
+    Until the first token is evicted the two agree exactly (slot = position).
     """
 
-    def __init__(self, window: int, sinks: int = 0) -> None:
-        checks.sliding_window_cache_args(window, sinks)
+    def __init__(self, window: int, sinks: int = 0, *, rope_positions: str = "original") -> None:
+        checks.sliding_window_cache_args(window, sinks, rope_positions)
         super().__init__()
         self.window, self.sinks = window, sinks
+        self.rope_positions = rope_positions
         self.positions = torch.zeros(0, dtype=torch.long)
 
     def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -144,3 +169,10 @@ class SlidingWindowCache(KVCache):
     def reset(self) -> None:
         super().reset()
         self.positions = torch.zeros(0, dtype=torch.long)
+
+    def __repr__(self) -> str:
+        shape = None if self.keys is None else tuple(self.keys.shape)
+        return (
+            f"{type(self).__name__}(window={self.window}, sinks={self.sinks}, "
+            f"rope_positions={self.rope_positions!r}, length={self.length}, keys shape={shape})"
+        )

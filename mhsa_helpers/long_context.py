@@ -6,7 +6,10 @@ Taught in notebook 09 ("Long context"):
 * **Sliding-window attention** (:func:`~mhsa_helpers.masking.sliding_window_mask`, with the
   other masks): query ``i`` sees the keys
   ``i - window + 1 .. i`` — and, with ``sinks > 0``, the first ``sinks`` tokens as well, the
-  *attention sinks* that streaming models keep (Xiao et al., 2023, "StreamingLLM").
+  *attention sinks* that streaming models keep (Xiao et al., 2023, "StreamingLLM"). Decoding with
+  :class:`~mhsa_helpers.kv_cache.SlidingWindowCache` gives the same; with its
+  ``rope_positions="cache"`` the kept keys are rotated by their slots in the cache instead, as
+  StreamingLLM does, so that the sinks stay at distances seen in training.
 * **ALiBi** (Press et al., 2022, "Train short, test long"): no position embedding at all; each
   head adds ``-slope_h * distance`` to its scores, with slopes a geometric sequence
   (:func:`alibi_slopes`, :func:`alibi_bias`).

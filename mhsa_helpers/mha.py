@@ -64,7 +64,8 @@ class MultiHeadSelfAttention(nn.Module):
             ``cache.length + 0 .. seq-1``.
         need_weights: also return the attention weights ``(..., heads, seq, seq_k)``.
         cache: a :class:`KVCache` to read past keys/values from and append to; it holds
-            ``num_kv_heads`` heads.
+            ``num_kv_heads`` heads. With a ``SlidingWindowCache(rope_positions="cache")`` the keys
+            are cached before RoPE and rotated by their slot in the cache (StreamingLLM).
     Returns ``(..., seq, d_out)``, or ``(output, weights)`` with ``need_weights=True``.
 
     Without ``need_weights`` and without active dropout the heads are computed by
@@ -162,7 +163,8 @@ class MultiHeadSelfAttention(nn.Module):
         q = split_heads.unchecked(q, self.num_heads)
         k, v = split_heads.unchecked(k, self.num_kv_heads), split_heads.unchecked(v, self.num_kv_heads)
         # Rotate queries and keys (never values) by their positions.
-        if self.rope is not None:
+        in_cache = cache is not None and cache.rope_positions == "cache"
+        if self.rope is not None and not in_cache:
             if token_positions is None:  # the new tokens come after the cached ones
                 token_positions = torch.arange(past, past + x.shape[-2], device=x.device)
             elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
@@ -171,9 +173,13 @@ class MultiHeadSelfAttention(nn.Module):
         # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
         if cache is not None:
             k, v = cache.extended_unchecked(k, v)
+        k_rotated = k
+        if self.rope is not None and in_cache:  # StreamingLLM: keys held before RoPE, rotated by their slots
+            slots = torch.arange(k.shape[-2], device=x.device)
+            q, k_rotated = self.rope.rotate_unchecked(q, slots[-x.shape[-2] :]), self.rope.rotate_unchecked(k, slots)
         # Attend, every head on its own; a key/value head serves `groups` query heads.
         groups = self.num_heads // self.num_kv_heads
-        k_heads, v_heads = repeat_kv.unchecked(k, groups), repeat_kv.unchecked(v, groups)
+        k_heads, v_heads = repeat_kv.unchecked(k_rotated, groups), repeat_kv.unchecked(v, groups)
         dropout_p = self.dropout if self.training else 0.0
         heads, weights = attend.unchecked(  #                          (batch, heads, seq, d_head)
             q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights

@@ -1,8 +1,12 @@
-"""The shipped checkpoints: the weights of one training run at a few steps around the phase change.
+"""The shipped checkpoints: the weights of one training run at a few steps around the phase change,
+and the final weights of the same run with learned positions instead of RoPE.
 
 ``scripts/make_induction_checkpoints.py`` writes them with :func:`make_checkpoints` (the default
 :class:`~.training.InductionConfig`, seed :data:`CHECKPOINT_SEED`, on the CPU) and stores them as
-float16 to keep the file small; :func:`load_checkpoints` opens them without training.
+float16 to keep the files small; :func:`load_checkpoints` opens them without training.
+``--positions learned`` writes :data:`LEARNED_CHECKPOINT_FILE`: the same settings with
+``positions="learned"``, only its last step (:data:`LEARNED_CHECKPOINT_STEPS`), which notebook 07
+compares with the RoPE run without training a second model.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ __all__ = [
     "CHECKPOINT_FILE",
     "CHECKPOINT_SEED",
     "CHECKPOINT_STEPS",
+    "LEARNED_CHECKPOINT_FILE",
+    "LEARNED_CHECKPOINT_STEPS",
     "Checkpoints",
     "load_checkpoints",
     "make_checkpoints",
@@ -30,6 +36,9 @@ CHECKPOINT_SEED = 0
 #: Before, during and after the phase change of the default run (its induction loss falls between
 #: steps ~200 and ~300).
 CHECKPOINT_STEPS = (0, 100, 200, 230, 260, 290, 320)
+#: The run with ``InductionConfig(positions="learned")``, same seed and steps: its last step only.
+LEARNED_CHECKPOINT_FILE = CHECKPOINT_FILE.with_name("learned_positions.pt")
+LEARNED_CHECKPOINT_STEPS = (CHECKPOINT_STEPS[-1],)
 
 
 @dataclass

@@ -81,7 +81,19 @@ def loss_curves(
     learned = phase_change_step(history["induction_loss"], window=window)
     if learned is not None:
         ax.axvline(learned, color=INDUCTION_COLOR, linestyle="--", linewidth=1)
-        ax.text(learned + 4, 0.25, f"learned at step {learned}", color=INDUCTION_COLOR, fontsize=fontsize - 1)
+        # Beside the line, on the side with more room, so that the caption stays inside the axes.
+        right_half = learned > (int(steps[-1]) if len(steps) else 0) / 2
+        ax.text(
+            learned - 4 if right_half else learned + 4,
+            0.25,
+            f"learned at step {learned}",
+            color=INDUCTION_COLOR,
+            fontsize=fontsize - 1,
+            ha="right" if right_half else "left",
+            # Readable where the explorer's black step line crosses it.
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0},
+            zorder=5,
+        )
     if step is not None:
         ax.axvline(step, color="black", linewidth=1.5)
     ax.set_xlabel("training step", fontsize=fontsize)

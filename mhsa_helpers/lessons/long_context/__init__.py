@@ -9,6 +9,7 @@ from .experiments import (
     long_batch,
     position_losses,
     split_losses_with_mask,
+    streaming_losses,
     stretched_model,
 )
 from .explorer import stretch_explorer, window_explorer
@@ -23,6 +24,7 @@ __all__ = [
     "long_batch",
     "position_losses",
     "split_losses_with_mask",
+    "streaming_losses",
     "stretch_explorer",
     "stretched_model",
     "window_explorer",

@@ -1,6 +1,8 @@
 """Notebook 09's experiments on the tiny model of notebook 07 (the shipped weights at its last
 step, trained on sequences of 32 tokens): read longer sequences with RoPE as trained or
-stretched, and with a sliding window with or without an attention sink."""
+stretched, with a sliding window with or without an attention sink, and streamed token by token
+through a :class:`~mhsa_helpers.kv_cache.SlidingWindowCache` that puts its keys at their
+original positions or at their slots in the cache (StreamingLLM)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ...checks import check_int
+from ...checks import check_int, sliding_window_cache_args
+from ...kv_cache import SlidingWindowCache
 from ...long_context import RopeScaling
 from ...rope import RotaryEmbedding
 from ..induction_heads import AttentionOnlyTransformer, InductionBatch, load_checkpoints, make_induction_batch
@@ -20,6 +23,7 @@ __all__ = [
     "long_batch",
     "position_losses",
     "split_losses_with_mask",
+    "streaming_losses",
     "stretched_model",
 ]
 
@@ -68,13 +72,45 @@ def split_losses_with_mask(
 ) -> dict[str, float]:
     """Mean next-token loss over all tokens, the repeated ones (predictable by induction) and the
     others, with every layer restricted by ``mask (seq, seq)`` (True = may attend) on top of causality."""
-    losses = _token_losses(model, batch, mask)
+    return _split(_token_losses(model, batch, mask), batch)
+
+
+def _split(losses: torch.Tensor, batch: InductionBatch) -> dict[str, float]:
     repeated = batch.induction_mask[:, :-1]
     return {
         "all": float(losses.mean()),
         "repeated": float(losses[repeated].mean()),
         "other": float(losses[~repeated].mean()),
     }
+
+
+@torch.no_grad()
+def streaming_losses(
+    model: AttentionOnlyTransformer,
+    batch: InductionBatch,
+    *,
+    window: int,
+    sinks: int = 0,
+    rope_positions: str = "original",
+) -> dict[str, float]:
+    """:func:`split_losses_with_mask`'s three losses when the model reads ``batch.tokens (batch, seq)``
+    one token at a time, every layer with its own ``SlidingWindowCache(window, sinks,
+    rope_positions=...)``. With ``"original"`` this equals the full pass with
+    ``sliding_window_mask(seq, window, sinks)``; with ``"cache"`` each key is rotated by its slot in
+    the cache (StreamingLLM). The model must use RoPE (``positions="rope"``)."""
+    sliding_window_cache_args(window, sinks, rope_positions)
+    if model.positions != "rope":
+        raise ValueError(f"model must use RoPE (positions='rope') to stream, got positions={model.positions!r}")
+    caches = [SlidingWindowCache(window, sinks, rope_positions=rope_positions) for _ in model.layers]
+    logits = []
+    for t in range(batch.tokens.shape[1]):
+        x = model.embed(batch.tokens[:, t : t + 1])  # (batch, 1, d_model): the new token
+        for layer, cache in zip(model.layers, caches, strict=True):
+            x = x + layer(x, cache=cache)
+        logits.append(model.unembed(x))
+    stacked = torch.cat(logits, dim=1)  # (batch, seq, vocab)
+    losses = F.cross_entropy(stacked[:, :-1].transpose(1, 2), batch.tokens[:, 1:], reduction="none")
+    return _split(losses, batch)
 
 
 class PositionLosses(NamedTuple):
