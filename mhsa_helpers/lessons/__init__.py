@@ -140,7 +140,7 @@ LESSONS: tuple[Lesson, ...] = (
         induction_heads,
         "training_explorer",
         "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and induction "
-        "heads found by score and ablation, the fixed-offset shortcut, attention sinks",
+        "heads found by score and ablation, the fixed-offset shortcut, attention sinks, learned positions compared",
     ),
     _lesson(
         8,
@@ -160,7 +160,8 @@ LESSONS: tuple[Lesson, ...] = (
         long_context,
         "stretch_explorer",
         "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows reach, "
-        "attention sinks, ALiBi's biases, and RoPE stretched by interpolation, NTK-aware scaling and YaRN, measured",
+        "attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, and RoPE stretched by "
+        "interpolation, NTK-aware scaling and YaRN, with their trade-offs measured",
     ),
     _lesson(
         10,
