@@ -1,0 +1,46 @@
+"""Notebook 11, a real model runs on your attention: SmolLM2-135M-Instruct built from the package's
+parts (:mod:`mhsa_helpers.real_model`).
+
+The measuring tools (``tools``: the model loaded once, the copying test, notebook 07's scores for
+every head, zeroing heads), the pictures (``figures``), the schematic (``diagrams``), the explorer
+over layers, heads and sentences (``explorer``) and the exercise checkers (``exercises``).
+"""
+
+from .diagrams import real_model_diagram
+from .exercises import check_copy_loss, check_head_induction_score, check_sink_heads
+from .explorer import PRESET_SENTENCES, attention_weights_of, real_attention_explorer
+from .figures import ablation_loss_bars, layer_head_maps
+from .tools import (
+    FIRST_ORDINARY_TOKEN,
+    ablate_heads,
+    check_heads,
+    copy_loss,
+    first_copy_mask,
+    head_score_maps,
+    load_model,
+    random_repeated_batch,
+    sentence_loss,
+    top_heads,
+)
+
+__all__ = [
+    "FIRST_ORDINARY_TOKEN",
+    "PRESET_SENTENCES",
+    "ablate_heads",
+    "ablation_loss_bars",
+    "attention_weights_of",
+    "check_copy_loss",
+    "check_head_induction_score",
+    "check_heads",
+    "check_sink_heads",
+    "copy_loss",
+    "first_copy_mask",
+    "head_score_maps",
+    "layer_head_maps",
+    "load_model",
+    "random_repeated_batch",
+    "real_attention_explorer",
+    "real_model_diagram",
+    "sentence_loss",
+    "top_heads",
+]
