@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 pytest.importorskip("gguf", reason="the real model needs the 'model' extra")
 
-from mhsa_helpers.lessons.induction_heads import previous_token_score  # noqa: E402 - after the skip above
-from mhsa_helpers.lessons.real_model import (  # noqa: E402 - after the skip above
+from mhsa_helpers.lessons.induction_heads import previous_token_score
+from mhsa_helpers.lessons.real_model import (
     PRESET_SENTENCES,
     ablate_heads,
     attention_weights_of,
@@ -35,7 +35,7 @@ from mhsa_helpers.lessons.real_model import (  # noqa: E402 - after the skip abo
     real_model_diagram,
     top_heads,
 )
-from mhsa_helpers.teaching.explorer import open_explorers  # noqa: E402 - after the skip above
+from mhsa_helpers.teaching.explorer import open_explorers
 
 
 @pytest.fixture(scope="module")
@@ -305,9 +305,17 @@ def texts(fig):
 
 def test_diagram_draws_the_loaded_configuration(model):
     drawn = " ".join(texts(real_model_diagram(model.config)))
-    for part in ("× 30 layers", "9 query heads, 64 features", "3 key/value heads", "by 3 query heads (GQA)",
-                 "RoPE, base 100000", "SwiGLU: 576 → 1536 → 576", "embedding  (49152, 576)",
-                 "logits  (batch, seq, 49152)", "(tied)"):
+    for part in (
+        "× 30 layers",
+        "9 query heads, 64 features",
+        "3 key/value heads",
+        "by 3 query heads (GQA)",
+        "RoPE, base 100000",
+        "SwiGLU: 576 → 1536 → 576",
+        "embedding  (49152, 576)",
+        "logits  (batch, seq, 49152)",
+        "(tied)",
+    ):
         assert part in drawn, part
     assert drawn.count("RMSNorm") >= 3 and drawn.count("residual") == 2
     from dataclasses import replace

@@ -23,7 +23,7 @@ __all__ = ["check_copy_loss", "check_head_induction_score", "check_sink_heads"]
 def _causal_weights(generator: torch.Generator, *shape: int, sink: torch.Tensor | None = None) -> torch.Tensor:
     """``(*batch_dims, seq, seq)`` float64 causal softmax rows; ``sink`` (broadcast over the leading
     dims) adds to every score of key 0, so some heads park much weight on the first token."""
-    *lead, seq, _ = shape
+    seq = shape[-1]
     scores = torch.randn(*shape, generator=generator, dtype=torch.float64) * 1.5
     if sink is not None:
         scores[..., 0] += sink.to(torch.float64).reshape(*sink.shape, 1)
@@ -46,7 +46,8 @@ def _induction_reference(weights: torch.Tensor, repeat_len: int) -> torch.Tensor
 
 
 def _on_key(weights: torch.Tensor, repeat_len: int, shift: int, queries: range | None = None) -> torch.Tensor:
-    """Mean over the batch and ``queries`` (default: the second copy) of the weight on key ``t - repeat_len + shift``."""
+    """Mean over the batch and ``queries`` (default: the second copy) of the weight on key
+    ``t - repeat_len + shift``."""
     n = repeat_len
     queries = range(1 + n, 1 + 2 * n) if queries is None else queries
     picked = [weights[:, :, t, t - n + shift] for t in queries if 0 <= t - n + shift <= t]
@@ -163,7 +164,9 @@ def _sink_cases() -> list[Case]:
         sink = torch.linspace(-2.0, 6.0, layers * heads)[torch.randperm(layers * heads, generator=g)]
         weights = _causal_weights(g, layers, heads, seq, seq, sink=sink.reshape(layers, heads))
         cases.append(
-            Case((weights, threshold), description=f"weights (layers={layers}, heads={heads}, {seq}, {seq}), {threshold}")
+            Case(
+                (weights, threshold), description=f"weights (layers={layers}, heads={heads}, {seq}, {seq}), {threshold}"
+            )
         )
     return cases
 
@@ -171,9 +174,7 @@ def _sink_cases() -> list[Case]:
 def check_sink_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(weights (layers, heads, seq, seq), threshold) -> bool (layers, heads)``: ``True``
     where the mean weight on key 0 over the queries ``t = 1 .. seq - 1`` is above ``threshold``."""
-    return check_function(
-        "sink_heads", learner, _sink_reference, _sink_cases(), SINK_MISCONCEPTIONS, verbose=verbose
-    )
+    return check_function("sink_heads", learner, _sink_reference, _sink_cases(), SINK_MISCONCEPTIONS, verbose=verbose)
 
 
 # ---------------------------------------------------------------- the loss on the second copy
@@ -233,6 +234,4 @@ def check_copy_loss(learner: Callable[..., torch.Tensor], *, verbose: bool = Tru
     """Check ``learner(logits (batch, seq, vocab), tokens (batch, seq), repeat_len) -> scalar tensor``: the
     mean cross-entropy of the second copy's tokens that copying can predict — the predictions made at
     positions ``1 + repeat_len .. 2 * repeat_len - 1`` of the next tokens."""
-    return check_function(
-        "copy_loss", learner, _copy_reference, _copy_cases(), COPY_MISCONCEPTIONS, verbose=verbose
-    )
+    return check_function("copy_loss", learner, _copy_reference, _copy_cases(), COPY_MISCONCEPTIONS, verbose=verbose)

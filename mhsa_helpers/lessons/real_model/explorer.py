@@ -120,9 +120,7 @@ class _RealAttentionExplorer(Explorer):
         )
 
 
-def real_attention_explorer(
-    *, sentence: str = PRESET_SENTENCES[3], layer: int = 18, head: int = 6
-) -> Explorer:
+def real_attention_explorer(*, sentence: str = PRESET_SENTENCES[3], layer: int = 18, head: int = 6) -> Explorer:
     """The real model's attention weights ``(seq, seq)`` of head ``head`` of layer ``layer`` on one of
     :data:`PRESET_SENTENCES`, tokens on both axes. Opens on the sentence said twice and layer 18,
     head 6 (the notebook's strongest induction head). data: ``weights`` (seq, seq), ``tokens``,
