@@ -225,7 +225,7 @@ def test_sink_checker_accepts_the_right_answer_and_names_each_mistake():
 def test_sink_checker_on_a_real_layer_stack(model, tokenizer):
     # What the checker teaches, on the model: after layer 2 some heads are sinks, in layer 0 none.
     _, weights = attention_weights_of(PRESET_SENTENCES[0])
-    stack = torch.from_numpy(weights)
+    stack = torch.tensor(weights)
     sinks = stack[..., 1:, 0].mean(-1) > 0.5
     assert sinks.shape == (30, 9)
     assert not sinks[0].any() and sinks[3:10].sum() > 10

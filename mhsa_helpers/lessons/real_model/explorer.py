@@ -6,6 +6,7 @@ moving a slider only picks a stored ``(seq, seq)`` map and redraws it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ipywidgets as widgets
@@ -30,14 +31,18 @@ PRESET_SENTENCES = (
 _LABELS = ("journey", "cats", "bank", "said twice", "code")
 
 
+@functools.cache
 @torch.no_grad()
-def attention_weights_of(sentence: str) -> tuple[list[str], np.ndarray]:
+def attention_weights_of(sentence: str) -> tuple[tuple[str, ...], np.ndarray]:
     """The tokens of ``sentence`` and the real model's attention weights on it, every layer and head:
-    ``(layers, heads, seq, seq)`` float32 (rows: queries, columns: keys)."""
+    ``(layers, heads, seq, seq)`` float32 (rows: queries, columns: keys). Computed once per sentence
+    and kept (a new explorer reuses them): the arrays are read-only."""
     model, tokenizer = load_model()
     ids = torch.tensor([tokenizer.encode(sentence)])
     _, weights = model(ids, need_weights=True)
-    return tokenizer.tokens(ids[0]), torch.stack([w[0] for w in weights]).numpy()
+    stacked = torch.stack([w[0] for w in weights]).numpy()
+    stacked.flags.writeable = False
+    return tuple(tokenizer.tokens(ids[0])), stacked
 
 
 def _label(token: str) -> str:
@@ -78,7 +83,7 @@ class _RealAttentionExplorer(Explorer):
             "layer": layer,
             "head": head,
             "sentence": sentence,
-            "tokens": tokens,
+            "tokens": list(tokens),
             "weights": shown,
             "first_token": float(shown[1:, 0].mean()),
             "previous_token": float(np.diagonal(shown, offset=-1).mean()),
