@@ -27,6 +27,7 @@ from mhsa_helpers.lessons.real_model import (
     check_head_induction_score,
     check_sink_heads,
     copy_loss,
+    copy_losses,
     head_score_maps,
     layer_head_maps,
     load_model,
@@ -144,6 +145,11 @@ def test_zeroing_the_induction_heads_breaks_copying_and_random_heads_do_not(mode
     assert copy_loss(model, data, [(0, 1), (9, 3), (14, 2), (26, 5), (29, 7)]) < baseline + 1.0
     with pytest.raises(ValueError, match="copy must be 'first' or 'second'"):
         copy_loss(model, data, copy="third")
+    with torch.no_grad():
+        logits = model(data.tokens)
+    assert copy_losses(logits, data) == (first, baseline)
+    with pytest.raises(ValueError, match=r"logits must be \(batch, seq, vocab\) for tokens \(1, 41\)"):
+        copy_losses(logits[:, :-1], data)
 
 
 # ---------------------------------------------------------------- checkers

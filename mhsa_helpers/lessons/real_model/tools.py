@@ -28,6 +28,7 @@ __all__ = [
     "ablate_heads",
     "check_heads",
     "copy_loss",
+    "copy_losses",
     "first_copy_mask",
     "head_score_maps",
     "load_model",
@@ -118,6 +119,19 @@ def first_copy_mask(data: InductionBatch) -> torch.Tensor:
     return (positions >= start) & (positions < start + length - 1)
 
 
+def copy_losses(logits: torch.Tensor, data: InductionBatch) -> tuple[float, float]:
+    """``logits (batch, seq, vocab)`` of ``data.tokens`` -> the mean cross-entropy (nats) of the first
+    copy's tokens (random: unpredictable) and of the second copy's tokens that copying predicts
+    (``data.induction_mask``)."""
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != tuple(data.tokens.shape):
+        raise ValueError(
+            f"logits must be (batch, seq, vocab) for tokens {tuple(data.tokens.shape)}, got shape {tuple(logits.shape)}"
+        )
+    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), data.tokens[:, 1:], reduction="none")
+    first = float(losses[first_copy_mask(data)[:, :-1]].mean())
+    return first, float(losses[data.induction_mask[:, :-1]].mean())
+
+
 @torch.no_grad()
 def copy_loss(
     model: CausalLM, data: InductionBatch, heads: Sequence[tuple[int, int]] = (), *, copy: str = "second"
@@ -129,9 +143,8 @@ def copy_loss(
     with ablate_heads(model, heads):
         logits = model(data.tokens)
     assert isinstance(logits, torch.Tensor)
-    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), data.tokens[:, 1:], reduction="none")
-    mask = data.induction_mask if copy == "second" else first_copy_mask(data)
-    return float(losses[mask[:, :-1]].mean())
+    first, second = copy_losses(logits, data)
+    return second if copy == "second" else first
 
 
 @torch.no_grad()
