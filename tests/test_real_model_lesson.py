@@ -20,14 +20,17 @@ pytest.importorskip("gguf", reason="the real model needs the 'model' extra")
 
 from mhsa_helpers.lessons.induction_heads import previous_token_score
 from mhsa_helpers.lessons.real_model import (
+    PREDICTION_HEADS,
     PRESET_SENTENCES,
     ablate_heads,
     attention_weights_of,
+    check_ablation_prediction,
     check_copy_loss,
     check_head_induction_score,
     check_sink_heads,
     copy_loss,
     copy_losses,
+    copying_test,
     head_score_maps,
     layer_head_maps,
     load_model,
@@ -265,6 +268,47 @@ def test_the_copy_loss_checker_measures_what_copy_loss_measures(model):
     with torch.no_grad():
         logits = model(data.tokens)
     assert float(copy_reference(logits, data.tokens, 8)) == pytest.approx(copy_loss(model, data), rel=1e-4)
+
+
+def test_prediction_checker_measures_single_head_ablations(model):
+    # The truth measured here, with the ablation hooks directly: zero one head, compare with nothing zeroed.
+    data = copying_test(model.config.vocab_size)
+    assert tuple(data.tokens.shape) == (2, 81) and torch.equal(data.tokens[:, 1:41], data.tokens[:, 41:])
+    baseline = copy_loss(model, data)
+    truth = []
+    for head in PREDICTION_HEADS:
+        with ablate_heads(model, [head]):
+            truth.append(copy_loss(model, data) > baseline + 1.0)
+    # Not every head that scores high is needed: the exercise has both answers.
+    assert any(truth) and not all(truth)
+    answer = torch.tensor(truth)
+    result = check_ablation_prediction(lambda: answer, verbose=False)
+    assert result.correct and "Measured rises (nats): L16H0" in result.message
+    flipped = check_ablation_prediction(lambda: ~answer, verbose=False)
+    assert not flipped.correct
+    assert check_ablation_prediction(lambda: answer.long(), verbose=False).status == "incorrect"
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ([True, True, True, True], "a high score means the model needs the head"),
+        ([False, False, False, False], "no single head matters"),
+        ([False, True, True, False], "only induction heads matter"),
+        ([True, False, False, True], "only previous-token heads matter"),
+    ],
+)
+def test_prediction_checker_names_the_belief_behind_a_wrong_prediction(model, answer, named):
+    result = check_ablation_prediction(lambda: torch.tensor(answer), verbose=False)
+    assert result.misconception == named
+
+
+def test_prediction_checker_measures_nothing_before_an_answer():
+    def stub():
+        raise NotImplementedError
+
+    result = check_ablation_prediction(stub, verbose=False)
+    assert result.status == "not_attempted" and "Measured" not in result.message
 
 
 # ---------------------------------------------------------------- explorer, pictures

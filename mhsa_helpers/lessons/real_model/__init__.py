@@ -7,7 +7,15 @@ over layers, heads and sentences (``explorer``) and the exercise checkers (``exe
 """
 
 from .diagrams import real_model_diagram
-from .exercises import check_copy_loss, check_head_induction_score, check_sink_heads
+from .exercises import (
+    PREDICTION_HEADS,
+    PREDICTION_RISE,
+    check_ablation_prediction,
+    check_copy_loss,
+    check_head_induction_score,
+    check_sink_heads,
+    measured_rises,
+)
 from .explorer import PRESET_SENTENCES, attention_weights_of, real_attention_explorer
 from .figures import ablation_loss_bars, layer_head_maps
 from .tools import (
@@ -16,6 +24,7 @@ from .tools import (
     check_heads,
     copy_loss,
     copy_losses,
+    copying_test,
     first_copy_mask,
     head_score_maps,
     load_model,
@@ -26,20 +35,25 @@ from .tools import (
 
 __all__ = [
     "FIRST_ORDINARY_TOKEN",
+    "PREDICTION_HEADS",
+    "PREDICTION_RISE",
     "PRESET_SENTENCES",
     "ablate_heads",
     "ablation_loss_bars",
     "attention_weights_of",
+    "check_ablation_prediction",
     "check_copy_loss",
     "check_head_induction_score",
     "check_heads",
     "check_sink_heads",
     "copy_loss",
     "copy_losses",
+    "copying_test",
     "first_copy_mask",
     "head_score_maps",
     "layer_head_maps",
     "load_model",
+    "measured_rises",
     "random_repeated_batch",
     "real_attention_explorer",
     "real_model_diagram",

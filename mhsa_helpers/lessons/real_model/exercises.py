@@ -8,7 +8,9 @@ that every wrong diagonal, wrong set of queries and wrong axis gives a different
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +18,17 @@ import torch.nn.functional as F
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
 from ..induction_heads.scores import induction_score
 from ..induction_heads.task import InductionBatch
+from .tools import copy_loss, copying_test, load_model
 
-__all__ = ["check_copy_loss", "check_head_induction_score", "check_sink_heads"]
+__all__ = [
+    "PREDICTION_HEADS",
+    "PREDICTION_RISE",
+    "check_ablation_prediction",
+    "check_copy_loss",
+    "check_head_induction_score",
+    "check_sink_heads",
+    "measured_rises",
+]
 
 
 def _causal_weights(generator: torch.Generator, *shape: int, sink: torch.Tensor | None = None) -> torch.Tensor:
@@ -235,3 +246,83 @@ def check_copy_loss(learner: Callable[..., torch.Tensor], *, verbose: bool = Tru
     mean cross-entropy of the second copy's tokens that copying can predict — the predictions made at
     positions ``1 + repeat_len .. 2 * repeat_len - 1`` of the next tokens."""
     return check_function("copy_loss", learner, _copy_reference, _copy_cases(), COPY_MISCONCEPTIONS, verbose=verbose)
+
+
+# ---------------------------------------------------------------- predict, then measure an ablation
+
+#: The heads of the prediction exercise, in this order: the sharpest previous-token head (layer 16,
+#: head 0), the strongest induction head (18, 6), another strong induction head (17, 4) and another
+#: strong previous-token head (11, 1), as the notebook's scores rank them.
+PREDICTION_HEADS = ((16, 0), (18, 6), (17, 4), (11, 1))
+#: A head "matters" when zeroing it alone raises the loss on the second copy by more than this (nats).
+PREDICTION_RISE = 1.0
+
+
+@functools.cache
+def measured_rises() -> tuple[float, ...]:
+    """How much zeroing each of :data:`PREDICTION_HEADS` alone raises the loss on the second copy of the
+    notebook's copying test (nats); measured on the real model once per process."""
+    model, _ = load_model()
+    data = copying_test(model.config.vocab_size)
+    baseline = copy_loss(model, data)
+    return tuple(copy_loss(model, data, [head]) - baseline for head in PREDICTION_HEADS)
+
+
+def _measured() -> torch.Tensor:
+    return torch.tensor([rise > PREDICTION_RISE for rise in measured_rises()])
+
+
+def _constant(*values: bool) -> Callable[[], torch.Tensor]:
+    return lambda: torch.tensor(values)
+
+
+PREDICTION_MISCONCEPTIONS = (
+    Misconception(
+        "a high score means the model needs the head",
+        _constant(True, True, True, True),
+        "A score says where a head looks, not whether the model needs it: when several heads do the same job, "
+        "zeroing one of them alone costs little. Two of these four heads can go almost for free.",
+    ),
+    Misconception(
+        "no single head matters",
+        _constant(False, False, False, False),
+        "Most heads can be zeroed alone at little cost, but not all: a head whose job nobody else does is a "
+        "single point of failure. One of these four costs several nats.",
+    ),
+    Misconception(
+        "only induction heads matter",
+        _constant(False, True, True, False),
+        "The induction heads find the token after the earlier occurrence through what a previous-token head "
+        "wrote into it (notebook 07's circuit): zeroing the sharpest previous-token head breaks copying too.",
+    ),
+    Misconception(
+        "only previous-token heads matter",
+        _constant(True, False, False, True),
+        "Zeroing the strongest induction head alone also costs more than a nat: the other induction heads "
+        "make up for only part of it.",
+    ),
+)
+
+
+def check_ablation_prediction(learner: Callable[[], torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner() -> bool (4,)``: for each head of :data:`PREDICTION_HEADS`, ``True`` when zeroing it
+    alone raises the real model's loss on the second copy by more than :data:`PREDICTION_RISE` nats.
+    The truth is measured on the model (:func:`measured_rises`) once the learner has answered; the
+    measured rises are added to the message."""
+    result = check_function(
+        "ablation_prediction",
+        learner,
+        _measured,
+        [Case((), description="the 4 heads")],
+        PREDICTION_MISCONCEPTIONS,
+        verbose=False,
+    )
+    if result.status in ("correct", "misconception", "incorrect"):
+        rises = ", ".join(
+            f"L{layer}H{head} {rise:+.1f}"
+            for (layer, head), rise in zip(PREDICTION_HEADS, measured_rises(), strict=True)
+        )
+        result = replace(result, message=f"{result.message} Measured rises (nats): {rises}.")
+    if verbose:
+        print(result.message)
+    return result

@@ -29,6 +29,7 @@ __all__ = [
     "check_heads",
     "copy_loss",
     "copy_losses",
+    "copying_test",
     "first_copy_mask",
     "head_score_maps",
     "load_model",
@@ -109,6 +110,12 @@ def random_repeated_batch(
     lengths = torch.full((batch,), repeat_len)
     tokens, mask = repeat_chunk(noise, first_start, lengths)
     return InductionBatch(tokens, mask, first_start, lengths)
+
+
+def copying_test(vocab_size: int) -> InductionBatch:
+    """Notebook 11's copying test: 2 sequences of one random token, 40 random tokens and the same 40
+    again (``tokens (2, 81)``), always the same ones."""
+    return random_repeated_batch(2, 40, vocab_size=vocab_size, generator=torch.Generator().manual_seed(11))
 
 
 def first_copy_mask(data: InductionBatch) -> torch.Tensor:
