@@ -28,6 +28,7 @@ from . import (
     long_context,
     multi_head,
     qkv_by_hand,
+    real_model,
     rope,
     scaled_attention,
 )
@@ -172,6 +173,17 @@ LESSONS: tuple[Lesson, ...] = (
         "bug_zoo_explorer",
         "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of attention "
         "bugs in code (seven reported in public projects, linked; one illustration), each next to its fix",
+    ),
+    _lesson(
+        11,
+        "real_model",
+        "real_model",
+        "A real model runs on your attention",
+        real_model,
+        "real_attention_explorer",
+        "SmolLM2-135M, installed from PyPI and built from this package's parts: its configuration and KV cache, "
+        "text generated token by token, the RoPE pairing that breaks it, and real attention sinks, previous-token "
+        "and induction heads, measured and ablated",
     ),
 )
 
