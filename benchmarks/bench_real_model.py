@@ -24,6 +24,7 @@ as fast, aiming for twice).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import warnings
@@ -50,10 +51,9 @@ def timed(function):
 
 
 def load_transformers():
+    os.environ["TQDM_DISABLE"] = "1"  # transformers' GGUF reader draws a progress bar per tensor
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
 
-    logging.disable_progress_bar()
     path = gguf_path()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
