@@ -11,6 +11,7 @@
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
+#   make mutate     mutation testing of the core with mutmut, one worker (MUTANTS="mhsa_helpers.block.*" for some)
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -46,7 +47,7 @@ KERNEL_ENV := $(shell grep -E '^[A-Z_]+=' scripts/kernel.env)
 NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.language_info.version"
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale \
+.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale mutate \
 	clean distclean FORCE
 
 help:
@@ -119,8 +120,15 @@ bench-scale: setup
 	$(VENV_PY) benchmarks/bench_tiled.py
 	$(VENV_PY) benchmarks/bench_decode.py
 
+# Not in CI: about N minutes here (README, Contributing). One worker and one thread each: the
+# machine is shared. Survivors: `.venv/bin/mutmut results`; equivalent ones: tests/mutation/EQUIVALENT.md.
+MUTANTS ?=
+mutate: setup
+	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \
+		$(VENV_PY) scripts/mutate.py --max-children 1 $(MUTANTS)
+
 clean:
-	rm -rf build dist .pytest_cache .hypothesis .ruff_cache .mypy_cache
+	rm -rf build dist mutants .pytest_cache .hypothesis .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -prune -exec rm -rf {} + \
 		-o -name __pycache__ -prune -exec rm -rf {} +
 
