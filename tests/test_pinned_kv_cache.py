@@ -115,3 +115,13 @@ def test_sliding_window_reset_forgets_the_positions_too():
     assert torch.equal(cache.keys, _rows(1, start=0, stop=2, d=2))
     # A new token at position 2 sees itself and the 2 tokens before it (window 3): 0, 1, 2.
     assert cache.mask_for(1).tolist() == [[True, True, True]]
+
+
+def test_repr_says_the_class_length_capacity_and_shape():
+    cache = KVCache(capacity=4)
+    assert repr(cache) == "KVCache(length=0, capacity=4, keys shape=None)"
+    cache.append(torch.zeros(1, 2, 3, 5), torch.zeros(1, 2, 3, 5))
+    assert repr(cache) == "KVCache(length=3, capacity=4, keys shape=(1, 2, 3, 5))"
+    window = SlidingWindowCache(2)
+    window.append(torch.zeros(1, 4, 5), torch.zeros(1, 4, 5))
+    assert repr(window).startswith("SlidingWindowCache(length=4")
