@@ -44,3 +44,21 @@ def test_the_mask_is_made_on_the_device_asked_for():
     mask = sliding_window_mask(3, 5, window=2, sinks=1, device="meta")
     assert mask.device.type == "meta" and mask.shape == (3, 5) and mask.dtype == torch.bool
     assert sliding_window_mask(3, window=2).device.type == "cpu"
+
+
+def test_the_causal_mask_is_made_on_the_device_asked_for():
+    from mhsa_helpers.masking import causal_mask
+
+    assert causal_mask(3, 5, device="meta").device.type == "meta"
+
+
+def test_renormalize_treats_each_row_on_its_own():
+    """Method 1 takes the softmax of each row: a row far below another must not underflow."""
+    from mhsa_helpers.masking import masked_softmax_renormalize
+
+    scores = torch.tensor([[0.0, 1.0, 2.0], [-200.0, -199.0, -198.0]])
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    weights = masked_softmax_renormalize(scores, mask)
+    e = torch.exp(torch.tensor(-1.0))
+    expected_row = torch.stack([e / (1 + e), 1 / (1 + e), torch.tensor(0.0)])  # softmax of (0, 1), then 0
+    torch.testing.assert_close(weights, torch.stack([expected_row, expected_row]))
