@@ -118,6 +118,7 @@ def test_sliding_window_reset_forgets_the_positions_too():
 
 
 def test_repr_says_the_class_length_capacity_and_shape():
+    assert repr(KVCache()) == "KVCache(length=0, keys shape=None)"  # no capacity, none shown
     cache = KVCache(capacity=4)
     assert repr(cache) == "KVCache(length=0, capacity=4, keys shape=None)"
     cache.append(torch.zeros(1, 2, 3, 5), torch.zeros(1, 2, 3, 5))
