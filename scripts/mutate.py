@@ -8,10 +8,12 @@ function, and then runs each mutant against only the tests that reach its functi
 
 Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
 
-* Which files are mutated: the core (``mhsa_helpers/*.py``), the exercise checker machinery
-  (``mhsa_helpers/teaching/checking.py``) and notebook 08's explorer. mutmut matches its
-  ``only_mutate`` patterns with ``fnmatch``, whose ``*`` also crosses ``/``, so the list is
-  computed with ``Path.glob`` (which does not), and a new core module is included unasked.
+* Which files are mutated: the core (``mhsa_helpers/*.py``) and the exercise checker machinery
+  (``mhsa_helpers/teaching/checking.py``). mutmut matches its ``only_mutate`` patterns with
+  ``fnmatch``, whose ``*`` also crosses ``/``, so the list is computed with ``Path.glob`` (which
+  does not), and a new core module is included unasked. The explorers are left out: most of
+  their mutants change a slider's label or a colour, and each costs a figure drawn per test
+  (tens of seconds here), which would make the run hours longer.
 * mutmut leaves decorated functions alone, because a decorator can have side effects at
   definition time. Our one function decorator, ``@checks.checked_by(...)``, has none (it
   wraps the function with ``functools.wraps``), and most public functions wear it, so here
@@ -33,7 +35,7 @@ from mutmut import configuration
 from mutmut.__main__ import cli
 from mutmut.mutation import file_mutation
 
-EXTRA_FILES = ("mhsa_helpers/teaching/checking.py", "mhsa_helpers/lessons/attention_at_scale/explorer.py")
+EXTRA_FILES = ("mhsa_helpers/teaching/checking.py",)
 
 
 def files_to_mutate() -> list[str]:

@@ -61,3 +61,115 @@ def test_a_reference_that_works_in_place_does_not_change_what_the_learner_is_com
     result = check_function("sum", learner_sum, reference_sum, cases, verbose=False)
     assert result.correct, result.message
     assert [float(case.args[0].sum()) for case in cases] == expected_sum
+
+
+# ---------------------------------------------------------------- what the checker tells the learner
+
+
+def _raises(message):
+    def learner(*args, **kwargs):
+        raise ValueError(message)
+
+    return learner
+
+
+def test_keyword_arguments_of_a_case_reach_the_learner_and_the_reference():
+    case = Case((torch.tensor([[1.0, 2.0], [3.0, 4.0]]),), {"dim": 0})
+    result = check_function("sum", lambda x, dim: x.sum(dim), lambda x, dim: x.sum(dim), [case], verbose=False)
+    assert result.correct, result.message
+    wrong = check_function("sum", lambda x, dim: x.sum(1 - dim), lambda x, dim: x.sum(dim), [case], verbose=False)
+    assert wrong.status == "incorrect"
+
+
+def test_every_result_names_its_exercise():
+    case = Case((torch.tensor([1.0, 2.0]),))
+
+    def stub(x):
+        raise NotImplementedError
+
+    results = [
+        check_function("ex", lambda x: 2 * x, lambda x: 2 * x, [case], verbose=False),
+        check_function("ex", stub, lambda x: 2 * x, [case], verbose=False),
+        check_function("ex", _raises("boom"), lambda x: 2 * x, [case], verbose=False),
+        check_function(
+            "ex", lambda x: 3 * x, lambda x: 2 * x, [case], [Misconception("m", lambda x: 3 * x, "h")], verbose=False
+        ),
+        check_function("ex", lambda x: 4 * x, lambda x: 2 * x, [case], verbose=False),
+    ]
+    assert [r.status for r in results] == ["correct", "not_attempted", "error", "misconception", "incorrect"]
+    assert all(r.exercise == "ex" and r.message.startswith("[ex] ") for r in results)
+
+
+def test_a_learner_returning_fewer_outputs_is_not_correct():
+    case = Case((torch.tensor([1.0, 2.0]),))
+    result = check_function("pair", lambda x: (x,), lambda x: (x, 2 * x), [case], verbose=False)
+    assert result.status == "incorrect"
+
+
+def test_tolerances_are_the_ones_given():
+    case = Case((torch.tensor([1000.0, 2000.0]),))
+    close = lambda x: x * (1 + 5e-4)  # noqa: E731  # a relative error of 5e-4, no absolute slack
+    assert check_function("t", close, lambda x: x, [case], atol=0.0, rtol=1e-3, verbose=False).correct
+    assert not check_function("t", close, lambda x: x, [case], atol=0.0, rtol=1e-4, verbose=False).correct
+
+
+def test_a_crash_message_describes_the_arguments_passed():
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    case = Case((torch.zeros(2, 3), mask, 3), {"scale": 0.5})
+    message = check_function("ex", _raises("boom"), lambda *a, **k: a[0], [case], verbose=False).message
+    assert "It was called with a tensor of shape (2, 3), a bool tensor of shape (2, 2), 3, scale=0.5; " in message
+    described = Case((torch.zeros(4),), description="four zeros")
+    message = check_function("ex", _raises("boom"), lambda x: x, [described], verbose=False).message
+    assert "It was called with a tensor of shape (4,) (four zeros); " in message
+    message = check_function("ex", _raises("boom"), lambda: torch.zeros(1), [Case(())], verbose=False).message
+    assert "It was called with no arguments; " in message
+
+
+def test_a_crash_names_the_learners_own_line_only_when_there_is_one():
+    import functools
+
+    def raising(x):
+        raise ValueError("boom")
+
+    case = Case((torch.zeros(2),))
+    # A callable without code of its own (a partial): no line can be named, and none is invented.
+    message = check_function("ex", functools.partial(raising), lambda x: x, [case], verbose=False).message
+    assert "your function raised ValueError: boom. It was called with" in message
+    # Code without a source file: the line number, and no empty quote.
+    namespace: dict = {}
+    exec(compile("def learner(x):\n    raise ValueError('boom')\n", "<learner>", "exec"), namespace)
+    message = check_function("ex", namespace["learner"], lambda x: x, [case], verbose=False).message
+    assert "your function raised ValueError: boom (in learner, line 2). It was called with" in message
+
+
+def test_the_difference_is_described():
+    def message(got, expected):
+        case = Case((torch.zeros(1),))
+        return check_function("d", lambda x: got, lambda x: expected, [case], verbose=False).message
+
+    assert "(largest difference 1)" in message(torch.tensor([2.0]), torch.tensor([1.0]))
+    nan = float("nan")
+    assert "your result has NaN at 1 position(s)" in message(torch.tensor([nan, 1.0]), torch.tensor([0.0, 1.0]))
+    assert "the reference has NaN at 1 position(s)" in message(torch.tensor([0.0, 1.0]), torch.tensor([nan, 1.0]))
+    # The first outputs are empty and alike, the second ones differ.
+    empty = torch.zeros(0)
+    assert "(the shapes match)" in message((empty, torch.ones(2)), (empty, torch.zeros(2)))
+
+
+def test_a_crash_on_rectangular_inputs_is_quoted_whole_next_to_the_square_mistake():
+    def learner(x):
+        if x.shape[0] != x.shape[1]:
+            raise ValueError("rows [0] and [1] do not match")
+        return x.T
+
+    result = check_function(
+        "square",
+        learner,
+        lambda x: x,
+        [Case((torch.arange(6.0).reshape(2, 3),))],
+        [Misconception("transposed", lambda x: x.T, "hint")],
+        square_cases=[Case((torch.arange(9.0).reshape(3, 3),))],
+        verbose=False,
+    )
+    assert result.misconception == "transposed"
+    assert "On rectangular inputs your function raised ValueError: rows [0] and [1] do not match" in result.message
