@@ -173,3 +173,10 @@ def test_a_crash_on_rectangular_inputs_is_quoted_whole_next_to_the_square_mistak
     )
     assert result.misconception == "transposed"
     assert "On rectangular inputs your function raised ValueError: rows [0] and [1] do not match" in result.message
+
+
+def test_a_complex_difference_is_measured_in_both_parts():
+    case = Case((torch.zeros(1),))
+    got, expected = torch.tensor([1.0 + 2.0j]), torch.tensor([1.0 + 0.0j])
+    message = check_function("c", lambda x: got, lambda x: expected, [case], verbose=False).message
+    assert "(largest difference 2)" in message
