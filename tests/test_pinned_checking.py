@@ -151,6 +151,9 @@ def test_the_difference_is_described():
     nan = float("nan")
     assert "your result has NaN at 1 position(s)" in message(torch.tensor([nan, 1.0]), torch.tensor([0.0, 1.0]))
     assert "the reference has NaN at 1 position(s)" in message(torch.tensor([0.0, 1.0]), torch.tensor([nan, 1.0]))
+    # A mask returned as numbers: both the dtype and the gap are told, one after the other.
+    got, expected = torch.tensor([1.0, 1.0]), torch.tensor([True, False])
+    assert "(returned dtype torch.float32, expected torch.bool, largest difference 1)" in message(got, expected)
     # The first outputs are empty and alike, the second ones differ.
     empty = torch.zeros(0)
     assert "(the shapes match)" in message((empty, torch.ones(2)), (empty, torch.zeros(2)))
@@ -171,7 +174,7 @@ def test_a_crash_on_rectangular_inputs_is_quoted_whole_next_to_the_square_mistak
         square_cases=[Case((torch.arange(9.0).reshape(3, 3),))],
         verbose=False,
     )
-    assert result.misconception == "transposed"
+    assert result.misconception == "transposed" and result.exercise == "square"
     assert "On rectangular inputs your function raised ValueError: rows [0] and [1] do not match" in result.message
 
 
