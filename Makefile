@@ -120,8 +120,9 @@ bench-scale: setup
 	$(VENV_PY) benchmarks/bench_tiled.py
 	$(VENV_PY) benchmarks/bench_decode.py
 
-# Not in CI: about N minutes here (README, Contributing). One worker and one thread each: the
-# machine is shared. Survivors: `.venv/bin/mutmut results`; equivalent ones: tests/mutation/EQUIVALENT.md.
+# Not in CI (README, Contributing): a module takes 1-4 minutes here, the whole core over an hour.
+# One worker and one thread: the machine is shared. Survivors: `.venv/bin/mutmut results`;
+# the ones no test can kill are listed, with the reason, in tests/mutation/EQUIVALENT.md.
 MUTANTS ?=
 mutate: setup
 	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \
