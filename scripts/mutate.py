@@ -20,8 +20,8 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
   mutmut is told to mutate functions whose only decorators are ``checked_by``. The decorator's
   own arguments are still never mutated (mutmut skips every ``Decorator`` node).
 
-* mutmut runs a mutant's tests by their ids, and pytest cannot select an id whose parameters
-  hold a "/" (it reads it as a path). Those few tests are deselected before mutmut records which
+* mutmut runs a mutant's tests by their ids, and pytest (run in mutmut's process) cannot
+  select an id whose parameters hold a "/" (read as a path) or a backslash (escaped twice). Those few tests are deselected before mutmut records which
   test reaches which function (one ``pytest --collect-only`` first), so they are simply not run.
 
 Usage: ``python scripts/mutate.py [mutmut run arguments]``, e.g. ``"mhsa_helpers.block.*"``
@@ -78,7 +78,7 @@ def ids_pytest_cannot_select(selection: list[str]) -> list[str]:
         text=True,
         check=True,
     ).stdout.splitlines()
-    return [test for test in collected if "::" in test and "/" in test.split("::", 1)[1]]
+    return [test for test in collected if "::" in test and any(c in test.split("::", 1)[1] for c in "/\\")]
 
 
 def main() -> None:
