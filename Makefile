@@ -12,6 +12,7 @@
 #   make bench-explorers  in-kernel redraw time of each explorer
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
+#   make mutate     mutation testing of the core with mutmut, one worker (MUTANTS="mhsa_helpers.block.*" for some)
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -50,7 +51,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale \
-	bench-model \
+	bench-model mutate \
 	clean distclean FORCE
 
 help:
@@ -127,8 +128,16 @@ bench-scale: setup
 bench-model: setup
 	$(VENV_PY) benchmarks/bench_real_model.py
 
+# Not in CI (README, Contributing): a module takes 1-4 minutes here, the whole core over an hour.
+# One worker and one thread: the machine is shared. Survivors: `.venv/bin/mutmut results`;
+# the ones no test can kill are listed, with the reason, in tests/mutation/EQUIVALENT.md.
+MUTANTS ?=
+mutate: setup
+	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \
+		$(VENV_PY) scripts/mutate.py --max-children 1 $(MUTANTS)
+
 clean:
-	rm -rf build dist .pytest_cache .hypothesis .ruff_cache .mypy_cache
+	rm -rf build dist mutants .pytest_cache .hypothesis .ruff_cache .mypy_cache
 	find . -path ./$(VENV) -prune -o -name '*.egg-info' -prune -exec rm -rf {} + \
 		-o -name __pycache__ -prune -exec rm -rf {} +
 

@@ -36,7 +36,7 @@ def package_modules() -> list[Path]:
 
 def python_files() -> list[Path]:
     """The repository's own Python files (not the venv, caches or build output)."""
-    skip = {".venv", "venv", ".git", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache"}
+    skip = {".venv", "venv", ".git", "build", "dist", "mutants", "__pycache__", ".mypy_cache", ".ruff_cache"}
     return sorted(
         path
         for path in ROOT.rglob("*.py")

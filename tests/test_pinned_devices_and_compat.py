@@ -1,0 +1,42 @@
+"""default_device and compat.fused_attention: branches that mutation testing (``make mutate``)
+showed unpinned. The GPU branches are reached by telling torch that a GPU is there (monkeypatch):
+this machine and CI have none."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+
+from mhsa_helpers import compat
+from mhsa_helpers.devices import default_device
+
+
+def test_cuda_first(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device() == torch.device("cuda")
+
+
+def test_apples_mps_when_there_is_no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends, "mps", types.SimpleNamespace(is_available=lambda: True))
+    assert default_device() == torch.device("mps")
+
+
+def test_cpu_without_either(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends, "mps", types.SimpleNamespace(is_available=lambda: False))
+    assert default_device() == torch.device("cpu")
+
+
+def test_fused_attention_with_a_mask_uses_the_scale_given():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 2)
+    mask = torch.tensor([[True, True, False, False, False]] * 3)
+    scale = 0.1
+    # By hand: softmax over the visible keys of q·k * scale.
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, -math.inf)
+    expected = torch.softmax(scores, dim=-1) @ v
+    got = compat.fused_attention(q, k, v, mask, is_causal=False, scale=scale)
+    torch.testing.assert_close(got, expected)

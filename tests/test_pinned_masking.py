@@ -1,0 +1,64 @@
+"""sliding_window_mask: edges that mutation testing (``make mutate``) showed unpinned.
+
+The expected masks are written from the docstring's rule, query at position p sees key j when
+j <= p and (p - window < j or j < sinks), as a plain loop.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhsa_helpers.masking import sliding_window_mask
+
+
+def _loop(seq_q, seq_k, window, sinks):
+    expected = torch.zeros(seq_q, seq_k, dtype=torch.bool)
+    for i in range(seq_q):
+        p = seq_k - seq_q + i
+        for j in range(seq_k):
+            expected[i, j] = j <= p and (p - window < j or j < sinks)
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("seq_q", "seq_k", "window", "sinks"),
+    [(5, 5, 1, 3), (4, 4, 2, 4), (2, 6, 1, 6), (6, 6, 2, 10)],
+)
+def test_sinks_are_never_seen_by_a_query_before_them(seq_q, seq_k, window, sinks):
+    mask = sliding_window_mask(seq_q, seq_k, window=window, sinks=sinks)
+    assert torch.equal(mask, _loop(seq_q, seq_k, window, sinks))
+    # Above the diagonal (keys after the query) nothing is visible, sinks included.
+    offset = seq_k - seq_q
+    assert not mask.triu(diagonal=offset + 1).any()
+
+
+def test_the_first_query_of_a_square_mask_sees_only_itself():
+    mask = sliding_window_mask(4, window=1, sinks=3)
+    assert mask[0].tolist() == [True, False, False, False]
+    assert mask[3].tolist() == [True, True, True, True]  # the three sinks and itself
+
+
+def test_the_mask_is_made_on_the_device_asked_for():
+    # The "meta" device has shapes and no data: enough to see where the mask is made.
+    mask = sliding_window_mask(3, 5, window=2, sinks=1, device="meta")
+    assert mask.device.type == "meta" and mask.shape == (3, 5) and mask.dtype == torch.bool
+    assert sliding_window_mask(3, window=2).device.type == "cpu"
+
+
+def test_the_causal_mask_is_made_on_the_device_asked_for():
+    from mhsa_helpers.masking import causal_mask
+
+    assert causal_mask(3, 5, device="meta").device.type == "meta"
+
+
+def test_renormalize_treats_each_row_on_its_own():
+    """Method 1 takes the softmax of each row: a row far below another must not underflow."""
+    from mhsa_helpers.masking import masked_softmax_renormalize
+
+    scores = torch.tensor([[0.0, 1.0, 2.0], [-200.0, -199.0, -198.0]])
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    weights = masked_softmax_renormalize(scores, mask)
+    e = torch.exp(torch.tensor(-1.0))
+    expected_row = torch.stack([e / (1 + e), 1 / (1 + e), torch.tensor(0.0)])  # softmax of (0, 1), then 0
+    torch.testing.assert_close(weights, torch.stack([expected_row, expected_row]))
