@@ -54,7 +54,7 @@ def test_correct(capsys):
     cases = [Case((torch.tensor([1.0, -2.0, 3.0]),), description="three numbers")]
     result = check_function("demo", lambda x: x + x, lambda x: 2 * x, cases)
     assert result.status == "correct" and result.correct
-    assert result.message == "[demo] correct on all 1 cases."
+    assert result.message == "[demo] correct on its one case."
     assert capsys.readouterr().out == result.message + "\n"
 
 

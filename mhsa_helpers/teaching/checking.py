@@ -890,7 +890,8 @@ def _check(
     ]
     first_wrong = next((i for i, d in enumerate(differences) if d is not None), None)
     if first_wrong is None:
-        return CheckResult(exercise, "correct", f"[{exercise}] correct on all {len(cases)} cases.")
+        counted = "on its one case" if len(cases) == 1 else f"on all {len(cases)} cases"
+        return CheckResult(exercise, "correct", f"[{exercise}] correct {counted}.")
     fitting: list[Misconception] = []
     for mistake in misconceptions:
         if mistake.implementation is None:
