@@ -161,8 +161,8 @@ LESSONS: tuple[Lesson, ...] = (
         long_context,
         "stretch_explorer",
         "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows reach, "
-        "attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, and RoPE stretched by "
-        "interpolation, NTK-aware scaling and YaRN, with their trade-offs measured",
+        "attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, and RoPE "
+        "stretched by interpolation, NTK-aware scaling and YaRN, with their trade-offs measured",
     ),
     _lesson(
         10,
