@@ -243,7 +243,8 @@ def format_bytes(n: int | float) -> str:
         raise ValueError(f"n must be >= 0 bytes, got {n}")
     value = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if value < 1024:
+        # Compared as printed: 1048575 bytes is 1023.999 KiB, which prints as 1.00 MiB, not 1024.00 KiB.
+        if (value if unit == "bytes" else round(value, 2)) < 1024:
             return f"{int(value)} bytes" if unit == "bytes" else f"{value:.2f} {unit}"
         value /= 1024
     return f"{value:.2f} TiB"

@@ -23,6 +23,9 @@ from mhsa_helpers.kv_cache_memory import (
         (1024, "1.00 KiB"),  # the unit boundary: never "1024 bytes"
         (1024.5, "1.00 KiB"),
         (1024**2, "1.00 MiB"),
+        (1024**2 - 1, "1.00 MiB"),  # 1023.999 KiB rounds up: never "1024.00 KiB"
+        (1024**2 - 6, "1023.99 KiB"),  # still below what rounds up
+        (1024**3 - 1, "1.00 GiB"),
         (3 * 1024**2, "3.00 MiB"),
         (1024**3, "1.00 GiB"),
         (1024**4, "1.00 TiB"),
