@@ -125,4 +125,9 @@ def test_repr_says_the_class_length_capacity_and_shape():
     assert repr(cache) == "KVCache(length=3, capacity=4, keys shape=(1, 2, 3, 5))"
     window = SlidingWindowCache(2)
     window.append(torch.zeros(1, 4, 5), torch.zeros(1, 4, 5))
-    assert repr(window).startswith("SlidingWindowCache(length=4")
+    assert (
+        repr(window)
+        == "SlidingWindowCache(window=2, sinks=0, rope_positions='original', length=4, keys shape=(1, 1, 5))"
+    )
+    streaming = SlidingWindowCache(3, sinks=1, rope_positions="cache")
+    assert repr(streaming).startswith("SlidingWindowCache(window=3, sinks=1, rope_positions='cache', length=0")
