@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from test_wrong_answers import verdict_counts
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_online_attention, check_online_update
@@ -401,15 +402,7 @@ def test_no_checker_accepts_a_wrong_answer_and_the_message_says_why(wrong):
 
 
 def test_the_catalogue_is_counted(capsys):
-    counts = {"named": 0, "rejected generically": 0, "accepted": 0}
-    for wrong in CATALOGUE:
-        result = wrong.checker(wrong.function, verbose=False)
-        if result.status == "correct":
-            counts["accepted"] += 1
-        elif result.status == "misconception":
-            counts["named"] += 1
-        else:
-            counts["rejected generically"] += 1
+    counts = verdict_counts(CATALOGUE)
     with capsys.disabled():
         print(f"\ncatalogue of {len(CATALOGUE)} wrong answers that fooled or misled the checkers: {counts}")
     assert counts["accepted"] == 0

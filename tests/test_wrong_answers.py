@@ -386,16 +386,19 @@ def test_no_checker_accepts_a_wrong_answer(wrong):
         assert result.misconception == wrong.named, result.message
 
 
-def test_the_catalogue_is_counted(capsys):
+def verdict_counts(catalogue) -> dict[str, int]:
+    """How many wrong answers of ``catalogue`` (each with ``.checker`` and ``.function``) the checkers
+    named, rejected without a name, or accepted."""
     counts = {"named": 0, "rejected generically": 0, "accepted": 0}
-    for wrong in CATALOGUE:
-        result = wrong.checker(wrong.function, verbose=False)
-        if result.status == "correct":
-            counts["accepted"] += 1
-        elif result.status == "misconception":
-            counts["named"] += 1
-        else:
-            counts["rejected generically"] += 1
+    for wrong in catalogue:
+        status = wrong.checker(wrong.function, verbose=False).status
+        kind = {"correct": "accepted", "misconception": "named"}.get(status, "rejected generically")
+        counts[kind] += 1
+    return counts
+
+
+def test_the_catalogue_is_counted(capsys):
+    counts = verdict_counts(CATALOGUE)
     with capsys.disabled():
         print(f"\ncatalogue of {len(CATALOGUE)} wrong answers: {counts}")
     assert counts["accepted"] == 0
