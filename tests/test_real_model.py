@@ -122,6 +122,10 @@ def test_generation_stops_at_eos_and_reports_each_token(ours):
     assert len(new) < 40
     assert "Paris" in tokenizer.decode(new)
     assert generate(model, x, 0).tolist() == x.tolist()
+    # Decoded under inference mode, handed back as an ordinary tensor: autograd may record it later.
+    assert not out.is_inference()
+    embedded = model.embed.weight.detach().requires_grad_()[out]
+    embedded.sum().backward()
 
 
 def test_cached_decoding_equals_the_full_pass(ours):
