@@ -145,8 +145,7 @@ class CausalLM(nn.Module):
         last_only: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits for every position; arguments and shapes as in the class docstring."""
-        past = self.check_call(input_ids, cache)
-        del past  # each layer's cache gives its own length
+        self.check_call(input_ids, cache)
         x = self.embed(input_ids)
         weights = []
         for i, block in enumerate(self.blocks):
@@ -159,8 +158,8 @@ class CausalLM(nn.Module):
         logits = self.lm_head(self.norm(x))
         return (logits, tuple(weights)) if need_weights else logits
 
-    def check_call(self, input_ids: object, cache: Sequence[KVCache] | None) -> int:
-        """The checks of :meth:`forward`: returns the number of cached tokens."""
+    def check_call(self, input_ids: object, cache: Sequence[KVCache] | None) -> None:
+        """The checks of :meth:`forward` (also run by :func:`generate` before it starts)."""
         ids = checks.check_tensor("input_ids", input_ids)
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise TypeError(f"input_ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
@@ -185,7 +184,6 @@ class CausalLM(nn.Module):
                 f"input_ids has {ids.shape[-1]} tokens after {past} cached ones: the model's context is "
                 f"{self.config.context_length} tokens, got {past + ids.shape[-1]}"
             )
-        return past
 
 
 class ChatTokenizer:
