@@ -11,12 +11,10 @@ given (if any), and say the key words given; ``test_the_catalogue_is_counted`` p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 import torch
-from test_wrong_answers import verdict_counts
+from test_wrong_answers import Wrong, verdict_counts
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_online_attention, check_online_update
@@ -35,15 +33,6 @@ IN_PLACE = "changed an argument in place"  # the name the checkers give, spelled
 FINITE_FILL = "blocked scores pushed down by a finite number instead of -inf"
 MAX_CLAMPED = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
 BLOCKED_IN_MAX = "blocked scores reach exp before the mask removes them"
-
-
-@dataclass(frozen=True)
-class Wrong:
-    checker: Callable
-    name: str  # what the learner did
-    function: Callable
-    named: str | None = None  # the misconception the checker must name (None: any rejection)
-    says: tuple[str, ...] = ()  # words the message must contain
 
 
 def _rotate(x, positions, base):

@@ -33,6 +33,7 @@ class Wrong:
     name: str  # what the learner did
     function: Callable
     named: str | None = None  # the misconception the checker must name (None: any rejection)
+    says: tuple[str, ...] = ()  # words the message must contain
 
 
 def sdpa_weights(q, k, scale=None):
