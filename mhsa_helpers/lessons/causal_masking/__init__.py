@@ -2,7 +2,7 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import causal_mask_diagram
-from .exercises import check_causal_mask, check_masked_attention, check_masked_softmax
+from .exercises import check_cache_prediction, check_cached_causal_mask, check_causal_attention, check_masked_softmax
 from .explorer import DROPOUT_SEED, JOURNEY_SEED, METHODS, journey_projections, masking_explorer
 
 __all__ = [
@@ -10,8 +10,9 @@ __all__ = [
     "JOURNEY_SEED",
     "METHODS",
     "causal_mask_diagram",
-    "check_causal_mask",
-    "check_masked_attention",
+    "check_cache_prediction",
+    "check_cached_causal_mask",
+    "check_causal_attention",
     "check_masked_softmax",
     "journey_projections",
     "masking_explorer",

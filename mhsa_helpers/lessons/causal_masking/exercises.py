@@ -1,5 +1,6 @@
-"""Exercise checkers for notebook 03 (causal masking): the causal mask, masked
-attention, and a masked softmax that survives a fully masked row.
+"""Exercise checkers for notebook 03 (causal masking): a masked softmax that survives a fully masked
+row (a debugging exercise), a prediction of what a cached query sees, the causal mask with an offset
+for cached queries, and causal attention through the learner's own attention of notebook 02.
 
 Polarity, as everywhere in the package: a boolean mask, ``True`` = may attend.
 """
@@ -14,15 +15,23 @@ import torch
 
 from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ..qkv_by_hand.exercises import gradient_names, with_gradients, with_gradients_all
 
+# The checkers in the order of the notebook's exercises (the lesson registry reads them from here).
 __all__ = [
+    "check_cache_prediction",
+    "check_masked_softmax",
+    "check_cached_causal_mask",
+    "check_causal_attention",
+    "AFTER_SOFTMAX_HINT",
+    "AFTER_SOFTMAX_NAME",
     "FINITE_FILL_HINT",
     "FINITE_FILL_NAME",
+    "POLARITY_HINT",
+    "POLARITY_NAME",
     "attention_blocked_key_gets_weight",
     "blocked_key_gets_weight",
-    "check_causal_mask",
-    "check_masked_attention",
-    "check_masked_softmax",
+    "causal_attention",
     "random_mask",
 ]
 
@@ -70,76 +79,235 @@ def attention_blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
     return bool(torch.as_tensor(out).double()[0, 0] > 50.0)
 
 
-# ---------------------------------------------------------------- causal mask
+# ---------------------------------------------------------------- predict: cached queries
+
+
+def first_query_keys() -> int:
+    """How many keys the first of 3 new queries may see after 5 cached tokens (8 keys in all)."""
+    return int(causal_mask(3, 8)[0].sum())
+
+
+def check_cache_prediction(learner: Callable[[], Any], *, verbose: bool = True) -> CheckResult:
+    """Prediction: ``learner()`` returns how many keys the *first* of 3 new queries may attend to when
+    5 earlier tokens are cached (8 keys: the 5 cached ones and the 3 new ones)."""
+    misconceptions = [
+        Misconception(
+            "the first new query is the first word (top-left aligned)",
+            lambda: 1,
+            "Row 0 of a square causal mask sees one key, but this query is not the sentence's first word: 5 "
+            "tokens came before it. It sits at position 5 and sees keys 0 to 5.",
+        ),
+        Misconception(
+            "a cached query sees every key",
+            lambda: 8,
+            "The cache holds the *past*; the 3 new tokens are in the keys too, and the first new query must not "
+            "see the two that come after it.",
+        ),
+        Misconception(
+            "the query does not see itself",
+            lambda: 5,
+            "A query sees the past *and itself*: the 5 cached keys plus its own.",
+        ),
+        Misconception(
+            "the new queries see only the new keys",
+            lambda: 3,
+            "The cache is kept so that new tokens can attend to the earlier ones: the first new query sees the 5 "
+            "cached keys and itself.",
+        ),
+    ]
+    return check_function(
+        "predict: keys seen by a cached query",
+        learner,
+        first_query_keys,
+        [Case((), description="3 new queries after 5 cached tokens")],
+        misconceptions,
+        verbose=verbose,
+    )
+
+
+# ---------------------------------------------------------------- the causal mask with an offset
 
 NUMBER_MASK_NAME = "returned a 0/1 number mask instead of a boolean one"
+TOP_LEFT_NAME = "top-left aligned: no offset for the cached keys"
+TOP_LEFT_HINT = (
+    "With seq_q < seq_k the queries are the *last* seq_q positions: query i sits at position seq_k - seq_q + i "
+    "and sees keys j <= seq_k - seq_q + i. A plain tril(ones(seq_q, seq_k)) aligns the mask to the top-left "
+    "corner instead, as if the queries were the first words (PyTorch's F.scaled_dot_product_attention(..., "
+    "is_causal=True) does the same). Shift the diagonal: tril(diagonal=seq_k - seq_q)."
+)
+WRONG_SIGN_NAME = "offset with the wrong sign"
+WRONG_SIGN_HINT = (
+    "The diagonal moves *up* by the number of cached keys: tril(diagonal=seq_k - seq_q), a positive offset. "
+    "With seq_q - seq_k the early queries see nothing at all."
+)
+FUTURE_NAME = "an earlier output changes when a later token changes (the future leaks in)"
+FUTURE_HINT = (
+    "Changing the last key and value moved the output of an earlier query: that query can see the future. Build "
+    "the mask from positions: query i sits at seq_k - seq_q + i and may see keys j <= that position."
+)
 
 
-def _as_number_mask(make_mask: Callable[[int], torch.Tensor]) -> Callable[[int], torch.Tensor]:
-    def number_mask(n: int) -> torch.Tensor:
+def _as_number_mask(make_mask: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def number_mask(*sizes: int) -> torch.Tensor:
         # Number answers (int or float) are compared by value, so float32 stands for all of them.
-        return make_mask(n).to(torch.float32)
+        return make_mask(*sizes).to(torch.float32)
 
     return number_mask
 
 
-def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """Exercise: ``learner(seq_len)`` must return the boolean ``(seq_len, seq_len)`` causal
-    mask, ``True`` where query ``i`` may attend to key ``j`` (``j <= i``)."""
-    # 17 tokens: longer than a fixed buffer such as torch.tril(torch.ones(8, 8))[:n, :n] or (16, 16).
-    cases = [Case((n,), description=f"seq_len={n}") for n in (1, 3, 17)]
+def _tril(seq_q: int, seq_k: int, diagonal: int) -> torch.Tensor:
+    return torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal=diagonal)
 
-    def ones(n: int) -> torch.Tensor:
-        return torch.ones(n, n, dtype=torch.bool)
 
-    mask_mistakes = [
-        Misconception(POLARITY_NAME, lambda n: ~causal_mask(n), POLARITY_HINT),
+def _offset_mistakes() -> list[Misconception]:
+    """Wrong ``(seq_q, seq_k)`` causal masks, as functions of the two lengths."""
+    return [
+        Misconception(TOP_LEFT_NAME, lambda q, k: _tril(q, k, 0), TOP_LEFT_HINT),
+        Misconception(WRONG_SIGN_NAME, lambda q, k: _tril(q, k, q - k), WRONG_SIGN_HINT),
+        Misconception(POLARITY_NAME, lambda q, k: ~causal_mask(q, k), POLARITY_HINT),
         Misconception(
             "blocked the diagonal (a token may attend to itself)",
-            lambda n: ones(n).tril(diagonal=-1),
-            "Position i may see every j <= i, itself included: torch.tril keeps the diagonal by "
-            "default (diagonal=0). Without it the first token would have nothing to attend to.",
+            lambda q, k: _tril(q, k, k - q - 1),
+            "Query i may see every key up to its own position, itself included: tril(diagonal=seq_k - seq_q), "
+            "without the - 1. Without it the first word has nothing to attend to.",
+        ),
+        Misconception(
+            "off by one: each token also sees the next one",
+            lambda q, k: _tril(q, k, k - q + 1),
+            "Your mask keeps one diagonal too many, so a query sees the token after it: tril(diagonal=seq_k - seq_q).",
         ),
         Misconception(
             "kept the upper triangle (every token sees the future)",
-            lambda n: ones(n).triu(),
-            "Row i is the query, column j the key; a causal query sees the past, j <= i, which is the "
-            "lower triangle: torch.tril.",
+            lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(k - q),
+            "Row i is the query, column j the key; a causal query sees the past, the lower triangle: torch.tril.",
         ),
         Misconception(
             "no mask at all (everything may attend)",
-            ones,
-            "A causal mask blocks every key after the query: keep only the lower triangle.",
-        ),
-        Misconception(
-            "off by one: each token also sees the next one (tril(diagonal=1))",
-            lambda n: ones(n).tril(diagonal=1),
-            "Your mask keeps one diagonal above the main one, so token i sees token i + 1: the future leaks "
-            "in. torch.tril(..., diagonal=0), the default, keeps j <= i.",
+            lambda q, k: torch.ones(q, k, dtype=torch.bool),
+            "A causal mask blocks every key after the query's own position.",
         ),
     ]
+
+
+def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(seq_q, seq_k)`` with ``seq_q <= seq_k`` must return the boolean ``(seq_q, seq_k)``
+    causal mask of ``seq_q`` queries that are the *last* ``seq_q`` of ``seq_k`` positions (bottom-right
+    aligned): ``True`` where key ``j <= seq_k - seq_q + i``. Square masks, one query after a cache, and
+    lengths past 16 (longer than a fixed buffer) are checked."""
+    sizes = [(1, 1), (3, 3), (17, 17), (1, 7), (3, 8), (5, 17), (4, 6)]
+    cases = [Case(size, description=f"seq_q={size[0]}, seq_k={size[1]}") for size in sizes]
+    mistakes = _offset_mistakes()
     misconceptions = [
+        *mistakes,
+        Misconception(
+            "rows and columns swapped: (seq_k, seq_q)",
+            lambda q, k: causal_mask(k, q),
+            "Rows are queries and columns keys: the mask has shape (seq_q, seq_k).",
+        ),
         Misconception(
             "returned an additive 0/-inf float mask instead of a boolean one",
-            lambda n: torch.zeros(n, n).masked_fill(~causal_mask(n), float("-inf")),
+            lambda q, k: torch.zeros(q, k).masked_fill(~causal_mask(q, k), float("-inf")),
             "Your mask holds 0 where a key is visible and -inf where it is blocked: a mask to *add* to the "
-            "scores. This exercise asks for the boolean form, True = may attend (torch.tril of a bool tensor); "
-            "the two are not interchangeable (PyTorch adds a float mask and selects with a bool one).",
+            "scores. This exercise asks for the boolean form, True = may attend.",
         ),
-        *mask_mistakes,
-        # The same mistakes built from torch.ones(n, n) without .bool() (a common way to build the mask):
-        # a bool answer never matches a number one, so each is listed in number form too.
-        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mask_mistakes],
+        # The same mistakes built from torch.ones without .bool(): a bool answer never matches a number one.
+        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mistakes],
         Misconception(
             NUMBER_MASK_NAME,
             _as_number_mask(causal_mask),
             "Your mask holds the right 0/1 numbers, but the package's masks are boolean, True = may attend; "
-            "a number mask is easily read with the opposite polarity. Build it with dtype=torch.bool or "
-            "call .bool().",
+            "build it with dtype=torch.bool or call .bool().",
         ),
     ]
     return check_function(
-        "causal mask", learner, causal_mask, cases, misconceptions, shortcuts=("causal_mask",), verbose=verbose
+        "causal mask with an offset",
+        learner,
+        causal_mask,
+        cases,
+        misconceptions,
+        shortcuts=("causal_mask",),
+        verbose=verbose,
+    )
+
+
+# ---------------------------------------------------------------- causal attention through the learner's own
+
+
+def _future_leaks(run: Callable[..., Any]) -> bool:
+    """Change the last key and value: the output of every query before the last position must not move."""
+    g = torch.Generator().manual_seed(811)
+    for seq_q, seq_k in ((5, 5), (3, 6)):
+        q, k, v = (random_tensor(g, seq, 4) for seq in (seq_q, seq_k, seq_k))
+        k2, v2 = k.clone(), v.clone()
+        k2[-1], v2[-1] = random_tensor(g, 4) + 3.0, random_tensor(g, 4) + 3.0
+        before, after = (torch.as_tensor(run(q, keys, values)[0]) for keys, values in ((k, v), (k2, v2)))
+        # Only the last query sits at the last position; every other one comes before it.
+        if not torch.equal(before[:-1], after[:-1]):
+            return True
+    return False
+
+
+CAUSAL_OUTPUTS = ("output",)
+CAUSAL_INPUTS = ("q", "k", "v")
+
+
+def _causal_cases() -> list:
+    g = torch.Generator().manual_seed(821)
+
+    def qkv(*shapes: tuple) -> tuple:
+        return tuple(random_tensor(g, *shape) for shape in shapes)
+
+    return [
+        Case(qkv((5, 4), (5, 4), (5, 3)), description="no cache: q, k (5, 4), v (5, 3)"),
+        Case(
+            qkv((2, 3, 7, 8), (2, 3, 7, 8), (2, 3, 7, 2)), description="batch and heads: q, k (2, 3, 7, 8), v (2, 3, 7, 2)"
+        ),
+        Case(qkv((3, 4), (8, 4), (8, 4)), description="3 new queries after 5 cached tokens: q (3, 4), k, v (8, 4)"),
+        Case(
+            qkv((2, 3, 1, 16), (2, 3, 17, 16), (2, 3, 17, 5)),
+            description="decoding one token after 16 cached: q (2, 3, 1, 16), k (2, 3, 17, 16), v (2, 3, 17, 5)",
+        ),
+        Case(qkv((1, 6), (1, 6), (1, 6)), description="one token: q, k, v (1, 6)"),
+    ]
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The package's causal attention, bottom-right aligned: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
+    ``v (..., seq_k, d_v)`` -> ``(..., seq_q, d_v)``."""
+    return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _with_mask(make_mask: Callable[[int, int], torch.Tensor], guarded: bool) -> Callable[..., torch.Tensor]:
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        mask = make_mask(q.shape[-2], k.shape[-2])
+        if guarded:  # the package's attention: a fully masked row gives zeros
+            return scaled_dot_product_attention(q, k, v, mask)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v  # plain -inf: a fully masked row gives NaN
+
+    return attention
+
+
+def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(q, k, v)`` must return causal attention with the queries aligned to the *last*
+    keys (query i at position seq_k - seq_q + i), like the package's
+    ``scaled_dot_product_attention(q, k, v, is_causal=True)``: without a cache, with cached keys, when
+    decoding one token, with batch and head axes. Values and the gradients reaching q, k and v are compared,
+    and a wrong answer that lets an earlier output see a later token is named as such."""
+    misconceptions = [
+        Misconception(m.name, _with_mask(m.implementation, guarded), m.hint)
+        for m in _offset_mistakes()
+        for guarded in (True, False)
+    ]
+    misconceptions.append(Misconception(FUTURE_NAME, None, FUTURE_HINT, detect=_future_leaks))
+    return check_function(
+        "causal attention with a cache",
+        with_gradients(learner, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        with_gradients(causal_attention, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        _causal_cases(),
+        with_gradients_all(misconceptions, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        output_names=gradient_names(CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        verbose=verbose,
     )
 
 
@@ -158,124 +326,6 @@ def random_mask(generator: torch.Generator, *shape: int) -> torch.Tensor:
         row[picks[0]] = True
         row[picks[1]] = False
     return rows.reshape(shape)
-
-
-def _masked_attention_cases() -> list:
-    g = torch.Generator().manual_seed(601)
-    lengths = torch.tensor([3, 5])
-    padding = (torch.arange(6)[None, :] < lengths[:, None])[:, None, :]  # (2, 1, 6): keys < length
-    return [
-        Case(
-            (random_tensor(g, 4, 4), random_tensor(g, 5, 4), random_tensor(g, 5, 3), random_mask(g, 4, 5)),
-            description="q (4, 4), k (5, 4), v (5, 3), mask (4, 5)",
-        ),
-        Case(
-            (random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 2), padding),
-            description="batch with a padding mask (2, 1, 6) for lengths 3 and 5",
-        ),
-        Case(
-            (
-                random_tensor(g, 2, 2, 5, 16),
-                random_tensor(g, 2, 2, 5, 16),
-                random_tensor(g, 2, 2, 5, 8),
-                random_mask(g, 2, 2, 5, 5),
-            ),
-            description="batch and heads: q, k (2, 2, 5, 16), v (2, 2, 5, 8), mask (2, 2, 5, 5)",
-        ),
-        # d_k = 1, so the scores are q * k: query 0's visible keys score near -24000 while a blocked key
-        # scores -9000. Only -inf blocks it; a fill (or an added constant) of -10000 or -1e4 does not.
-        Case(
-            (
-                torch.tensor([[100.0], [1.0]], dtype=torch.float64),
-                torch.tensor([[-240.0], [-250.0], [-90.0], [-300.0]], dtype=torch.float64),
-                random_tensor(g, 4, 2),
-                torch.tensor([[True, True, False, True], [True, False, True, True]]),
-            ),
-            description="scores far apart: visible keys near -24000, a blocked key at -9000",
-        ),
-    ]
-
-
-def _scores(q: torch.Tensor, k: torch.Tensor, divide_by: float) -> torch.Tensor:
-    return q @ k.transpose(-2, -1) / divide_by
-
-
-def check_masked_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """Exercise: ``learner(q, k, v, mask)`` must return ``softmax(q kᵀ / √d_k, blocked -> -inf) v``
-    of shape ``(..., seq_q, d_v)``; ``mask`` is boolean, ``True`` = may attend, broadcastable to
-    ``(..., seq_q, seq_k)``. The cases never block a whole row."""
-    cases = _masked_attention_cases()
-
-    def masked(q, k, v, mask, *, divide_by=None, fill=float("-inf"), dim=-1):
-        divide_by = math.sqrt(q.shape[-1]) if divide_by is None else divide_by
-        s = _scores(q, k, divide_by).masked_fill(~mask, fill)
-        return torch.softmax(s, dim=dim) @ v
-
-    misconceptions = [
-        Misconception(
-            AFTER_SOFTMAX_NAME,
-            lambda q, k, v, mask: (torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1) * mask) @ v,
-            AFTER_SOFTMAX_HINT,
-        ),
-        Misconception(POLARITY_NAME, lambda q, k, v, mask: masked(q, k, v, ~mask), POLARITY_HINT),
-        Misconception(
-            "blocked scores set to 0 instead of -inf",
-            lambda q, k, v, mask: masked(q, k, v, mask, fill=0.0),
-            "A score of 0 still gets weight exp(0) = 1 relative to the others; only -inf gives exp(-inf) = 0. "
-            "(Multiplying the scores by a 0/1 mask makes the same mistake.)",
-        ),
-        Misconception(
-            "the mask was not used",
-            lambda q, k, v, mask: scaled_dot_product_attention(q, k, v),
-            "Fill the blocked scores with -inf before the softmax: scores.masked_fill(~mask, float('-inf')).",
-        ),
-        Misconception(
-            "scaled by d_k instead of √d_k",
-            lambda q, k, v, mask: masked(q, k, v, mask, divide_by=q.shape[-1]),
-            "Divide the scores by √d_k, not d_k.",
-        ),
-        Misconception(
-            "no scaling",
-            lambda q, k, v, mask: masked(q, k, v, mask, divide_by=1.0),
-            "Divide the scores by √d_k (d_k = q.shape[-1]) before masking and the softmax.",
-        ),
-        Misconception(
-            "softmax over the wrong dimension",
-            lambda q, k, v, mask: masked(q, k, v, mask, dim=-2),
-            "Your weights sum to 1 down each key's column (dim=-2). Each query's row is normalised over the "
-            "keys: softmax(..., dim=-1).",
-        ),
-        Misconception(
-            "softmax over the wrong dimension",
-            lambda q, k, v, mask: masked(q, k, v, mask, dim=0),
-            "Your weights sum to 1 over the first axis (dim=0, the batch when there is one). Each query's row "
-            "is normalised over the keys: softmax(..., dim=-1).",
-        ),
-        Misconception(
-            "mask added after the softmax",
-            lambda q, k, v, mask: (
-                (
-                    torch.softmax(_scores(q, k, math.sqrt(q.shape[-1])), dim=-1)
-                    + torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, -1e9)
-                )
-                @ v
-            ),
-            "Your weights were changed after the softmax (softmax(QKᵀ/√d_k)V + M, the mask added too late): "
-            "the mask must change the *scores*, before the softmax: softmax(scores.masked_fill(~mask, -inf)).",
-        ),
-    ]
-    misconceptions.append(
-        Misconception(FINITE_FILL_NAME, None, FINITE_FILL_HINT, detect=attention_blocked_key_gets_weight)
-    )
-    return check_function(
-        "masked attention",
-        learner,
-        lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask),
-        cases,
-        misconceptions,
-        shortcuts=("scaled_dot_product_attention",),
-        verbose=verbose,
-    )
 
 
 # ---------------------------------------------------------------- masked softmax

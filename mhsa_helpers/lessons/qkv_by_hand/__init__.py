@@ -2,13 +2,13 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import one_head_diagram
-from .exercises import check_linear_projection, check_paper_projection, check_scores
+from .exercises import check_attention_head, check_uniform_prediction, check_weights_debug
 from .explorer import qkv_explorer
 
 __all__ = [
-    "check_linear_projection",
-    "check_paper_projection",
-    "check_scores",
+    "check_attention_head",
+    "check_uniform_prediction",
+    "check_weights_debug",
     "one_head_diagram",
     "qkv_explorer",
 ]

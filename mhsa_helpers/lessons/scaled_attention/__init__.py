@@ -2,13 +2,14 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import matrix_products_diagram
-from .exercises import check_attention, check_softmax
+from .exercises import check_my_attention, check_softmax, check_spread_prediction
 from .explorer import SCALING_SENTENCES, scaling_explorer
 
 __all__ = [
     "SCALING_SENTENCES",
-    "check_attention",
+    "check_my_attention",
     "check_softmax",
+    "check_spread_prediction",
     "matrix_products_diagram",
     "scaling_explorer",
 ]

@@ -1,5 +1,7 @@
-"""Exercise checkers for notebook 02 (scaled dot-product attention): the stable
-softmax and attention itself. Each names the misconception a wrong answer matches."""
+"""Exercise checkers for notebook 02 (scaled dot-product attention): a prediction of how the scores
+grow with d_k, the stable softmax (a debugging exercise), and the learner's own scaled dot-product
+attention with an optional boolean mask, the second piece of their implementation. Each names the
+misconception a wrong answer matches."""
 
 from __future__ import annotations
 
@@ -11,12 +13,66 @@ import torch
 
 from ... import scaled_dot_product_attention, softmax
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
-from ..qkv_by_hand.exercises import wrong_axes_misconceptions
+from ..causal_masking.exercises import (
+    AFTER_SOFTMAX_HINT,
+    AFTER_SOFTMAX_NAME,
+    FINITE_FILL_HINT,
+    FINITE_FILL_NAME,
+    POLARITY_HINT,
+    POLARITY_NAME,
+    attention_blocked_key_gets_weight,
+    random_mask,
+)
+from ..qkv_by_hand.exercises import gradient_names, with_gradients, with_gradients_all, wrong_axes_misconceptions
 
-__all__ = ["check_attention", "check_softmax"]
+# The checkers in the order of the notebook's exercises (the lesson registry reads them from here).
+__all__ = ["check_spread_prediction", "check_softmax", "check_my_attention"]
 
 
-# ---------------------------------------------------------------- softmax
+# ---------------------------------------------------------------- predict: how the scores grow
+
+
+def spread_growth() -> float:
+    """By what factor the standard deviation of ``q · k`` grows from d_k = 64 to d_k = 256, for entries of
+    mean 0 and variance 1: ``√(256 / 64)``."""
+    return math.sqrt(256 / 64)
+
+
+def check_spread_prediction(learner: Callable[[], Any], *, verbose: bool = True) -> CheckResult:
+    """Prediction: ``learner()`` returns the factor by which the typical size (standard deviation) of an
+    unscaled score ``q · k`` grows when d_k goes from 64 to 256 (unit-variance entries). Within 0.05."""
+    misconceptions = [
+        Misconception(
+            "confused the spread with the variance",
+            lambda: 4.0,
+            "The *variance* of q·k is d_k, so it grows 4 times; the typical size of a score is its standard "
+            "deviation, the square root of the variance: √4 = 2.",
+        ),
+        Misconception(
+            "the scores do not grow",
+            lambda: 1.0,
+            "q·k adds up d_k products of mean 0 and variance 1: four times as many terms, four times the variance.",
+        ),
+        Misconception(
+            "grows with d_k squared",
+            lambda: 16.0,
+            "Independent terms add their variances: d_k terms give variance d_k (not d_k²), spread √d_k.",
+        ),
+    ]
+    return check_function(
+        "predict: how the scores grow",
+        learner,
+        spread_growth,
+        [Case((), description="std of q·k at d_k = 256 divided by its std at d_k = 64")],
+        misconceptions,
+        atol=0.05,
+        rtol=0.0,
+        verbose=verbose,
+    )
+
+
+
+# ---------------------------------------------------------------- softmax (a debugging exercise)
 
 
 def _naive_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -120,6 +176,13 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
             "each row's max first: softmax(x - max) == softmax(x), and the largest exponent becomes exp(0) = 1.",
         ),
         Misconception(
+            "both bugs: one global max, and a sum over the whole tensor",
+            lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
+            "x.max() is one number for the whole tensor, so a row far below it underflows to zeros (then 0 / 0); "
+            "and e.sum() adds every entry, so no row sums to 1. Take both per row, over the last axis: "
+            "x.amax(dim=-1, keepdim=True) and e.sum(dim=-1, keepdim=True).",
+        ),
+        Misconception(
             "subtracted one global max instead of each row's max",
             global_max,
             "A row far below the global max underflows to all zeros and then divides 0 by 0. Use "
@@ -155,27 +218,55 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
     )
 
 
-# ---------------------------------------------------------------- attention
+# ---------------------------------------------------------------- the learner's attention
+
+
+ATTENTION_OUTPUTS = ("output",)
+ATTENTION_INPUTS = ("q", "k", "v")
 
 
 def _attention_cases() -> tuple:
     g = torch.Generator().manual_seed(501)
+
+    def qkv(*shapes: tuple) -> tuple:
+        return tuple(random_tensor(g, *shape) for shape in shapes)
+
+    lengths = torch.tensor([3, 7])
+    padding = (torch.arange(7)[None, :] < lengths[:, None])[:, None, None, :]  # (2, 1, 1, 7): keys < length
     cases = [
+        Case(qkv((3, 4), (5, 4), (5, 2)), description="q (3, 4), k (5, 4), v (5, 2): d_k=4, d_v=2"),
+        Case(qkv((2, 4, 9), (2, 6, 9), (2, 6, 3)), description="batch: q (2, 4, 9), k (2, 6, 9), v (2, 6, 3)"),
         Case(
-            (random_tensor(g, 3, 4), random_tensor(g, 5, 4), random_tensor(g, 5, 2)),
-            description="q (3, 4), k (5, 4), v (5, 2): d_k=4, d_v=2",
-        ),
-        Case(
-            (random_tensor(g, 2, 4, 9), random_tensor(g, 2, 6, 9), random_tensor(g, 2, 6, 3)),
-            description="batch: q (2, 4, 9), k (2, 6, 9), v (2, 6, 3)",
-        ),
-        Case(
-            (random_tensor(g, 2, 3, 5, 16), random_tensor(g, 2, 3, 5, 16), random_tensor(g, 2, 3, 5, 8)),
+            qkv((2, 3, 5, 16), (2, 3, 5, 16), (2, 3, 5, 8)),
             description="batch and heads: q, k (2, 3, 5, 16), v (2, 3, 5, 8)",
         ),
+        Case(qkv((1, 6), (17, 6), (17, 6)), description="one query, 17 keys: q (1, 6), k, v (17, 6)"),
+        Case(qkv((7, 5), (7, 5), (7, 5)), description="self-attention: q, k, v (7, 5)"),
         Case(
-            (random_tensor(g, 4, 6), random_tensor(g, 4, 6), random_tensor(g, 4, 6)),
-            description="self-attention: q, k, v (4, 6)",
+            qkv((4, 4), (5, 4), (5, 3)),
+            {"mask": random_mask(g, 4, 5)},
+            description="q (4, 4), k (5, 4), v (5, 3), mask (4, 5)",
+        ),
+        Case(
+            qkv((2, 2, 7, 8), (2, 2, 7, 8), (2, 2, 7, 2)),
+            {"mask": padding},
+            description="batch and heads with a padding mask (2, 1, 1, 7) for lengths 3 and 7",
+        ),
+        Case(
+            qkv((2, 3, 5, 16), (2, 3, 6, 16), (2, 3, 6, 8)),
+            {"mask": random_mask(g, 2, 3, 5, 6)},
+            description="batch and heads: q (2, 3, 5, 16), k (2, 3, 6, 16), v (2, 3, 6, 8), mask (2, 3, 5, 6)",
+        ),
+        # d_k = 1, so the scores are q * k: query 0's visible keys score near -24000 while a blocked key
+        # scores -9000. Only -inf blocks it; a fill (or an added constant) of -10000 or -1e4 does not.
+        Case(
+            (
+                torch.tensor([[100.0], [1.0]], dtype=torch.float64),
+                torch.tensor([[-240.0], [-250.0], [-90.0], [-300.0]], dtype=torch.float64),
+                random_tensor(g, 4, 2),
+            ),
+            {"mask": torch.tensor([[True, True, False, True], [True, False, True, True]])},
+            description="scores far apart: visible keys near -24000, a blocked key at -9000",
         ),
     ]
     square = [
@@ -189,109 +280,116 @@ def _attention_cases() -> tuple:
     return cases, square
 
 
-def _attend(scores: torch.Tensor, v: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return torch.softmax(scores, dim=dim) @ v
+def _attend(q, k_t, v, mask=None, *, divide_by=None, dim=-1, fill=float("-inf"), after=False):
+    scores = q @ k_t / (math.sqrt(q.shape[-1]) if divide_by is None else divide_by)
+    if mask is not None and not after:
+        scores = scores.masked_fill(~mask, fill)
+    weights = torch.softmax(scores, dim=dim)
+    if mask is not None and after:
+        weights = weights * mask
+    return weights @ v
 
 
-def check_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """Exercise: ``learner(q, k, v)`` with ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
-    ``v (..., seq_k, d_v)`` must return ``softmax(q kᵀ / √d_k) v`` of shape ``(..., seq_q, d_v)``."""
+def _plain(q, k, v, mask=None, **options):
+    return _attend(q, k.transpose(-2, -1), v, mask, **options)
+
+
+def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(q, k, v, mask=None)`` with ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
+    ``v (..., seq_k, d_v)`` and an optional boolean ``mask`` broadcastable to ``(..., seq_q, seq_k)``
+    (``True`` = may attend) must return ``softmax(q kᵀ / √d_k, blocked -> -inf) v`` of shape
+    ``(..., seq_q, d_v)``, like the package's :func:`~mhsa_helpers.scaled_dot_product_attention`. Values
+    and the gradients reaching q, k and v are compared, on cases with and without masks, batches and
+    heads, seq_q ≠ seq_k and d_k ≠ d_v. No mask blocks a whole row."""
     cases, square = _attention_cases()
-
-    def scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        return q @ k.transpose(-2, -1)
-
-    def with_wrong_axes(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return _attend(q @ k_t / math.sqrt(q.shape[-1]), v)
-
+    sqrt_d_k = "√d_k = math.sqrt(q.shape[-1])"
     wrong_dim_hint = (
         "Your weights do not sum to 1 over the keys. Each query (row) distributes its attention over the "
         "keys (the last axis): softmax(..., dim=-1)."
     )
     misconceptions = [
         Misconception(
+            "no √d_k scaling",
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=1.0),
+            f"Divide the scores by {sqrt_d_k} before the softmax; without it, large d_k pushes the softmax into "
+            "saturation.",
+        ),
+        Misconception(
             "scaled by d_k instead of √d_k",
-            lambda q, k, v: _attend(scores(q, k) / q.shape[-1], v),
-            "Your scores are divided by d_k (as dividing by √d_k twice would do). The variance of q·k grows "
-            "like d_k, so its spread grows like √d_k; dividing once by √d_k brings it back to about 1, "
-            "dividing by d_k shrinks the scores too much and flattens the weights.",
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=q.shape[-1]),
+            "Your scores are divided by d_k. The spread of q·k grows like √d_k; divide by "
+            f"{sqrt_d_k}, not by d_k, which shrinks the scores too much and flattens the weights.",
         ),
         Misconception(
             "scaled by √seq_k (the number of keys) instead of √d_k",
-            lambda q, k, v: _attend(scores(q, k) / math.sqrt(k.shape[-2]), v),
-            "Your scale uses the number of keys, k.shape[-2]. The spread of a dot product grows with the length "
-            "of the vectors, d_k = q.shape[-1]: divide by √d_k.",
-        ),
-        Misconception(
-            "scaled after the softmax",
-            lambda q, k, v: (torch.softmax(scores(q, k), dim=-1) / math.sqrt(q.shape[-1])) @ v,
-            "Your weights were divided by √d_k after the softmax, so they sum to 1/√d_k. The scale belongs "
-            "inside: softmax(q kᵀ / √d_k).",
-        ),
-        Misconception(
-            "returned the weights instead of weights @ V",
-            lambda q, k, v: torch.softmax(scores(q, k) / math.sqrt(q.shape[-1]), dim=-1),
-            "Your function returns the (seq_q, seq_k) attention weights. The output mixes the values with "
-            "them: weights @ v, of shape (..., seq_q, d_v).",
-        ),
-        Misconception(
-            "no scaling",
-            lambda q, k, v: _attend(scores(q, k), v),
-            "Divide the scores by √d_k (d_k = q.shape[-1]) before the softmax; without it, large d_k "
-            "pushes the softmax into saturation.",
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(k.shape[-2])),
+            f"Your scale uses the number of keys, k.shape[-2]. The spread of a dot product grows with the length "
+            f"of the vectors: divide by {sqrt_d_k}.",
         ),
         Misconception(
             "scaled by √d_v (the value width) instead of √d_k",
-            lambda q, k, v: _attend(scores(q, k) / math.sqrt(v.shape[-1]), v),
-            "The scores are dot products of d_k-dimensional queries and keys, so the scale is √d_k = "
-            "√(q.shape[-1]); the value width d_v plays no part in the scores.",
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(v.shape[-1])),
+            f"The scores are dot products of d_k-wide queries and keys, so the scale is {sqrt_d_k}; the value "
+            "width plays no part.",
         ),
         Misconception(
             "multiplied by √d_k instead of dividing",
-            lambda q, k, v: _attend(scores(q, k) * math.sqrt(q.shape[-1]), v),
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=1 / math.sqrt(q.shape[-1])),
             "The scale is 1/√d_k: divide the scores by √d_k.",
         ),
-        Misconception(
-            "softmax over the wrong dimension",
-            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=-2),
-            wrong_dim_hint,
-        ),
-        Misconception(
-            "softmax over the wrong dimension",
-            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=0),
-            wrong_dim_hint,
-        ),
-        Misconception(
-            "softmax over the wrong dimension",
-            # dim=1 is the key axis of one (seq_q, seq_k) matrix only; with batch axes in front it is not.
-            lambda q, k, v: _attend(scores(q, k) / math.sqrt(q.shape[-1]), v, dim=1),
-            wrong_dim_hint,
-        ),
+        *[
+            Misconception(
+                "softmax over the wrong dimension",
+                lambda q, k, v, mask=None, dim=dim: _plain(q, k, v, mask, dim=dim),
+                wrong_dim_hint,
+            )
+            for dim in (-2, 0, 1)
+        ],
         Misconception(
             "did not transpose K",
-            lambda q, k, v: _attend(q @ k / math.sqrt(q.shape[-1]), v),
+            lambda q, k, v, mask=None: _attend(q, k, v, mask),
             "Score (i, j) is query i · key j, so K must be transposed: q @ k.transpose(-2, -1).",
         ),
-        *wrong_axes_misconceptions(with_wrong_axes),
+        *wrong_axes_misconceptions(_attend),
         Misconception(
-            "reshaped K instead of transposing it",
-            lambda q, k, v: _attend(q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]) / math.sqrt(q.shape[-1]), v),
-            "k.reshape(..., d_k, seq_k) has the right shape but reads the numbers in the wrong order: it is not "
-            "Kᵀ. Swap the two axes: k.transpose(-2, -1) (or k.mT).",
+            "returned the weights instead of weights @ V",
+            lambda q, k, v, mask=None: _plain(q, k, torch.eye(k.shape[-2], dtype=q.dtype), mask),
+            "Your function returns the (seq_q, seq_k) attention weights. The output mixes the values with "
+            "them: weights @ v, of shape (..., seq_q, d_v).",
+        ),
+        Misconception(POLARITY_NAME, lambda q, k, v, mask=None: _plain(q, k, v, None if mask is None else ~mask),
+                      POLARITY_HINT),
+        Misconception(
+            "the mask was not used",
+            lambda q, k, v, mask=None: _plain(q, k, v),
+            "When a mask is given, fill the blocked scores with -inf before the softmax: "
+            "scores.masked_fill(~mask, float('-inf')).",
         ),
         Misconception(
-            "applied the softmax after multiplying by V",
-            lambda q, k, v: torch.softmax((scores(q, k) / math.sqrt(q.shape[-1])) @ v, dim=-1),
-            "The softmax turns the scores into weights; the output is those weights times V: softmax(q kᵀ / √d_k) @ v.",
+            "blocked scores set to 0 instead of -inf",
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, fill=0.0),
+            "A score of 0 still gets weight exp(0) = 1 relative to the others; only -inf gives exp(-inf) = 0. "
+            "(Multiplying the scores by a 0/1 mask makes the same mistake.)",
+        ),
+        Misconception(
+            AFTER_SOFTMAX_NAME, lambda q, k, v, mask=None: _plain(q, k, v, mask, after=True), AFTER_SOFTMAX_HINT
+        ),
+        Misconception(
+            FINITE_FILL_NAME,
+            None,
+            FINITE_FILL_HINT,
+            # The wrapped learner returns (output, gradients...): the probe reads the output.
+            detect=lambda run: attention_blocked_key_gets_weight(lambda *args: run(*args)[0]),
         ),
     ]
     return check_function(
-        "scaled dot-product attention",
-        learner,
-        scaled_dot_product_attention,
+        "my scaled dot-product attention",
+        with_gradients(learner, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
+        with_gradients(scaled_dot_product_attention, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
         cases,
-        misconceptions,
+        with_gradients_all(misconceptions, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
         square_cases=square,
+        output_names=gradient_names(ATTENTION_OUTPUTS, ATTENTION_INPUTS),
         shortcuts=("scaled_dot_product_attention", "MultiheadAttention"),
         verbose=verbose,
     )
