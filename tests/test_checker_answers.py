@@ -19,16 +19,22 @@ from mhsa_helpers.lessons import LESSONS
 # ------------------------------------------------------------------ the right answers
 
 
-def paper_projection(x, w):
-    return x @ w
+def uniform_prediction():
+    return 1 / 3
 
 
-def raw_scores(q, k):
-    return q @ k.transpose(-2, -1)
+def attention_weights(q, k):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
 
 
-def output_projection(c, w_o):
-    return c @ w_o.T
+def attention_head(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def spread_prediction():
+    return 2.0
 
 
 def stable_softmax(x):
@@ -37,19 +43,23 @@ def stable_softmax(x):
     return exps / exps.sum(dim=-1, keepdim=True)
 
 
-def attention(q, k, v):
+def attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
 
-def causal_mask(seq_len):
-    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+def cache_prediction():
+    return 6
 
 
-def masked_attention(q, k, v, mask):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+def cached_causal_mask(seq_q, seq_k):
+    return torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal=seq_k - seq_q)
+
+
+def causal_attention(q, k, v):
+    return attention(q, k, v, cached_causal_mask(q.shape[-2], k.shape[-2]))
 
 
 def safe_masked_softmax(scores, mask):
@@ -126,7 +136,9 @@ def causal_mhsa_rope(x, q_weight, k_weight, v_weight, o_weight, num_heads, base)
     seq = x.shape[-2]
     q, k, v = (split_heads(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
     q, k = apply_rope(q, torch.arange(seq), base), apply_rope(k, torch.arange(seq), base)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~causal_mask(seq), float("-inf"))
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+        ~cached_causal_mask(seq, seq), float("-inf")
+    )
     return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
 
 
@@ -230,14 +242,16 @@ def ablation_prediction():
 
 
 RIGHT = {
-    "check_paper_projection": paper_projection,
-    "check_scores": raw_scores,
-    "check_linear_projection": output_projection,
+    "check_uniform_prediction": uniform_prediction,
+    "check_weights_debug": attention_weights,
+    "check_attention_head": attention_head,
+    "check_spread_prediction": spread_prediction,
     "check_softmax": stable_softmax,
-    "check_attention": attention,
-    "check_causal_mask": causal_mask,
-    "check_masked_attention": masked_attention,
+    "check_my_attention": attention,
+    "check_cache_prediction": cache_prediction,
     "check_masked_softmax": safe_masked_softmax,
+    "check_cached_causal_mask": cached_causal_mask,
+    "check_causal_attention": causal_attention,
     "check_split_heads": split_heads,
     "check_merge_heads": merge_heads,
     "check_multi_head_attention": multi_head_attention,
@@ -269,15 +283,23 @@ RIGHT = {
 }
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
+#: The predictions of notebooks 01-03: the learner's function takes nothing and returns a number.
+NUMBER_PREDICTIONS = ("check_uniform_prediction", "check_spread_prediction", "check_cache_prediction")
 #: The checkers whose answer is one tensor (not several outputs, not a number).
-ONE_TENSOR = [n for n in NAMES if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes")]
+ONE_TENSOR = [
+    n
+    for n in NAMES
+    if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_attention_head")
+    and n not in NUMBER_PREDICTIONS
+]
 #: The checkers that pass the learner at least one tensor (or a module holding tensors).
 TAKES_TENSORS = [
     n
     for n in NAMES
     if n
     not in (
-        "check_causal_mask",
+        "check_cached_causal_mask",
+        *NUMBER_PREDICTIONS,
         "check_decoding_mask",
         "check_decode_mask",
         "check_rope_frequencies",
@@ -291,7 +313,7 @@ TAKES_TENSORS = [
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 36
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 38
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -437,7 +459,9 @@ def test_calling_the_package_where_the_exercise_asks_to_write_it_is_noted():
         lambda x, wq, wk, wv, wo, h: mh["mhsa"](x, wq, wk, wv, wo, num_heads=h), verbose=False
     )
     assert whole.correct and "multi_head_self_attention" in whole.message
-    sdpa = CHECKERS["check_attention"](lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    sdpa = CHECKERS["check_my_attention"](
+        lambda q, k, v, mask=None: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    )
     assert sdpa.correct and sdpa.shortcuts == ("torch.nn.functional.scaled_dot_product_attention",)
 
 

@@ -18,15 +18,15 @@ from test_wrong_answers import Wrong, verdict_counts
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_online_attention, check_online_update
-from mhsa_helpers.lessons.causal_masking import check_causal_mask, check_masked_attention, check_masked_softmax
+from mhsa_helpers.lessons.causal_masking import check_cached_causal_mask, check_masked_softmax
 from mhsa_helpers.lessons.causal_mhsa import check_attend_with_cache, check_causal_mhsa_rope, check_decoding_mask
 from mhsa_helpers.lessons.circulating_mistakes import check_decode_mask, check_masked_weights
 from mhsa_helpers.lessons.induction_heads import check_ablate_head, check_repeat_chunk
 from mhsa_helpers.lessons.long_context import check_alibi_bias, check_window_mask
 from mhsa_helpers.lessons.multi_head import check_stacked_to_per_head
-from mhsa_helpers.lessons.qkv_by_hand import check_linear_projection, check_paper_projection
+from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_weights_debug
 from mhsa_helpers.lessons.rope import check_apply_rope, check_interleaved_to_half_split, check_rope_attention
-from mhsa_helpers.lessons.scaled_attention import check_attention, check_softmax
+from mhsa_helpers.lessons.scaled_attention import check_my_attention, check_softmax
 
 INF = float("inf")
 IN_PLACE = "changed an argument in place"  # the name the checkers give, spelled out (not imported) on purpose
@@ -59,19 +59,19 @@ def softmax_exp_in_place(x):
     return x / x.sum(dim=-1, keepdim=True)
 
 
-def attention_q_divided_in_place(q, k, v):
+def attention_q_divided_in_place(q, k, v, mask=None):
     q /= math.sqrt(q.shape[-1])
-    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -INF)
+    return torch.softmax(scores, dim=-1) @ v
 
 
-def masked_attention_q_divided_in_place(q, k, v, mask):
-    q /= math.sqrt(q.shape[-1])
-    return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~mask, -INF), dim=-1) @ v
-
-
-def output_projection_transposed_in_place(c, w_o):
-    w_o.t_()
-    return c @ w_o
+def head_key_weight_transposed_in_place(x, w_q, w_k, w_v):
+    w_k.t_()
+    q, k, v = x @ w_q, x @ w_k.T, x @ w_v
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
 
 
 def masked_softmax_filled_in_place(scores, mask):
@@ -168,9 +168,8 @@ def attend_with_cache_flips_the_rope(q_new, k_new, v_new, cached_k, cached_v, ro
 
 IN_PLACE_ANSWERS = [
     Wrong(check_softmax, "x.exp_() on the argument", softmax_exp_in_place, IN_PLACE, ("`x`",)),
-    Wrong(check_attention, "q /= sqrt(d)", attention_q_divided_in_place, IN_PLACE, ("`q`", "`q /= …`")),
-    Wrong(check_masked_attention, "q /= sqrt(d)", masked_attention_q_divided_in_place, IN_PLACE, ("`q`",)),
-    Wrong(check_linear_projection, "w.t_()", output_projection_transposed_in_place, IN_PLACE, ("`w_o`",)),
+    Wrong(check_my_attention, "q /= sqrt(d)", attention_q_divided_in_place, IN_PLACE, ("`q`", "`q /= …`")),
+    Wrong(check_attention_head, "w_k.t_()", head_key_weight_transposed_in_place, IN_PLACE, ("`w_k`", "`w_k.t()`")),
     Wrong(check_masked_softmax, "scores.masked_fill_", masked_softmax_filled_in_place, IN_PLACE, ("`scores`",)),
     Wrong(check_masked_weights, "scores.masked_fill_", masked_weights_filled_in_place, IN_PLACE, ("`scores`",)),
     Wrong(check_apply_rope, "rotated x in place", apply_rope_written_into_x, IN_PLACE, ("`x`",)),
@@ -239,8 +238,14 @@ def repeat_chunk_mask_shifted(noise, first_start, repeat_len):
 
 
 OUTPUT_ANSWERS = [
-    Wrong(check_paper_projection, "return x @ w, (a one-tuple)", lambda x, w: (x @ w,), None, ("tuple of 1 tensor",)),
-    Wrong(check_causal_mask, "return [mask]", lambda n: [torch.ones(n, n, dtype=torch.bool).tril()], None, ("list",)),
+    Wrong(
+        check_weights_debug,
+        "return weights, (a one-tuple)",
+        lambda q, k: (torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1),),
+        None,
+        ("tuple of 1 tensor",),
+    ),
+    Wrong(check_cached_causal_mask, "return [mask]", lambda q, k: [mh.causal_mask(q, k)], None, ("list",)),
     Wrong(
         check_online_update,
         "normaliser summed over every entry",
@@ -304,8 +309,8 @@ def attend_with_cache_mask_of_16(q_new, k_new, v_new, cached_k, cached_v, rope):
 
 
 BUFFER_ANSWERS = [
-    Wrong(check_causal_mask, "tril(ones(8, 8))[:n, :n]", lambda n: MASK_8[:n, :n]),
-    Wrong(check_causal_mask, "tril(ones(16, 16))[:n, :n]", lambda n: MASK_16[:n, :n]),
+    Wrong(check_cached_causal_mask, "tril(ones(8, 8))[k - q : k, :k]", lambda q, k: MASK_8[k - q : k, :k]),
+    Wrong(check_cached_causal_mask, "tril(ones(16, 16))[k - q : k, :k]", lambda q, k: MASK_16[k - q : k, :k]),
     Wrong(check_decoding_mask, "a (16, 16) buffer", lambda new, total: MASK_16[total - new : total, :total]),
     Wrong(check_decode_mask, "a (16, 16) buffer", lambda past, new: MASK_16[past : past + new, : past + new]),
     Wrong(check_window_mask, "a (16, 16) buffer", lambda n, w: MASK_16[:n, :n] & ~MASK_16[:n, :n].tril(-w)),
@@ -331,9 +336,11 @@ def masked_weights_fill_minus_1e4(scores, allowed):
     return torch.softmax(scores.masked_fill(~allowed, -1e4), dim=-1)
 
 
-def masked_attention_fill_minus_1e4(q, k, v, mask):
+def masked_attention_fill_minus_1e4(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1) @ v
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e4)
+    return torch.softmax(scores, dim=-1) @ v
 
 
 def masked_softmax_max_clamped_at_zero(scores, mask):
@@ -358,7 +365,7 @@ def masked_softmax_half_precision_unguarded(scores, mask):
 SYMPTOM_ANSWERS = [
     Wrong(check_masked_softmax, "filled with -1e4", masked_softmax_fill_minus_1e4, FINITE_FILL, ("-1e4",)),
     Wrong(check_masked_weights, "filled with -1e4", masked_weights_fill_minus_1e4, FINITE_FILL),
-    Wrong(check_masked_attention, "filled with -1e4", masked_attention_fill_minus_1e4, FINITE_FILL),
+    Wrong(check_my_attention, "filled with -1e4", masked_attention_fill_minus_1e4, FINITE_FILL),
     Wrong(check_masked_softmax, "max clamped at 0", masked_softmax_max_clamped_at_zero, MAX_CLAMPED, ("clamp_min(0)",)),
     Wrong(
         check_masked_softmax,
@@ -423,19 +430,22 @@ def test_a_typo_is_reported_at_the_learners_line_through_the_checkers_wrapper():
 
 def test_a_misspelled_forward_is_named_with_the_close_name():
     class Attention(torch.nn.Module):
-        def foward(self, q, k, v):
-            return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+        def foward(self, q, k, v, mask=None):
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                scores = scores.masked_fill(~mask, -INF)
+            return torch.softmax(scores, dim=-1) @ v
 
-    result = check_attention(Attention(), verbose=False)
+    result = check_my_attention(Attention(), verbose=False)
     assert result.status == "error" and "not attempted" not in result.message
     assert "your module Attention has no `forward` method; did you spell it `foward`?" in result.message
 
     class Spelled(Attention):
-        def forward(self, q, k, v):
-            return self.foward(q, k, v)
+        def forward(self, q, k, v, mask=None):
+            return self.foward(q, k, v, mask)
 
-    assert check_attention(Spelled(), verbose=False).correct
-    the_class = check_attention(Spelled, verbose=False)
+    assert check_my_attention(Spelled(), verbose=False).correct
+    the_class = check_my_attention(Spelled, verbose=False)
     assert the_class.status == "error" and "you passed the class Spelled itself" in the_class.message
 
 

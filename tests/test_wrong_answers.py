@@ -14,15 +14,13 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_cache_bytes, check_online_attention
-from mhsa_helpers.lessons.causal_masking import check_causal_mask, check_masked_attention, check_masked_softmax
+from mhsa_helpers.lessons.causal_masking import check_masked_softmax
 from mhsa_helpers.lessons.causal_mhsa import check_causal_mhsa_rope, check_decoding_mask
 from mhsa_helpers.lessons.multi_head import check_merge_heads, check_multi_head_attention, check_split_heads
-from mhsa_helpers.lessons.qkv_by_hand import check_scores
 from mhsa_helpers.lessons.rope import check_apply_rope, check_rope_attention, check_rope_frequencies
-from mhsa_helpers.lessons.scaled_attention import check_attention, check_softmax
+from mhsa_helpers.lessons.scaled_attention import check_softmax
 
 INF = float("inf")
 
@@ -116,60 +114,7 @@ CATALOGUE = [
         "global max over the whole tensor",
         lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(-1, keepdim=True),
     ),
-    # ----------------------------------------------------------- 01 scores
-    Wrong(
-        check_scores,
-        "reshapes K instead of transposing",
-        lambda q, k: q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]),
-        named="reshaped K instead of transposing it",
-    ),
-    Wrong(check_scores, "k.t() on a batch", lambda q, k: q @ k.t()),
-    Wrong(check_scores, "scales the raw scores", lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])),
-    # ----------------------------------------------------------- 02 attention
-    Wrong(check_attention, "no scaling (missing 1/sqrt(d_k))", lambda q, k, v: sdpa_weights(q, k, 1.0) @ v),
-    Wrong(check_attention, "divides by d_k", lambda q, k, v: sdpa_weights(q, k, 1 / q.shape[-1]) @ v),
-    Wrong(
-        check_attention,
-        "divides by sqrt(seq_k)",
-        lambda q, k, v: sdpa_weights(q, k, 1 / math.sqrt(k.shape[-2])) @ v,
-        named="scaled by √seq_k (the number of keys) instead of √d_k",
-    ),
-    Wrong(
-        check_attention,
-        "scales after the softmax",
-        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) / math.sqrt(q.shape[-1]) @ v,
-        named="scaled after the softmax",
-    ),
-    Wrong(
-        check_attention,
-        "softmax over the queries",
-        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-2) @ v,
-    ),
-    Wrong(check_attention, "k.T on a batch", lambda q, k, v: torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), -1) @ v),
-    Wrong(
-        check_attention,
-        "reshapes K",
-        lambda q, k, v: (
-            torch.softmax(q @ k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]) / math.sqrt(q.shape[-1]), -1) @ v
-        ),
-    ),
-    Wrong(check_attention, "returns the weights", lambda q, k, v: sdpa_weights(q, k)),
-    # ----------------------------------------------------------- 03 masks
-    Wrong(
-        check_causal_mask,
-        "tril(diagonal=1)",
-        lambda n: torch.ones(n, n, dtype=torch.bool).tril(1),
-        named="off by one: each token also sees the next one (tril(diagonal=1))",
-    ),
-    Wrong(check_causal_mask, "blocks the diagonal", lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1)),
-    Wrong(check_causal_mask, "True = blocked", lambda n: torch.ones(n, n, dtype=torch.bool).triu(1)),
-    Wrong(
-        check_causal_mask,
-        "additive 0/-inf float mask",
-        lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -INF),
-        named="returned an additive 0/-inf float mask instead of a boolean one",
-    ),
-    Wrong(check_causal_mask, "0/1 float mask", lambda n: torch.ones(n, n).tril()),
+    # ----------------------------------------------------------- 03 masked softmax (more: test_build_early_*.py)
     Wrong(
         check_masked_softmax,
         "no max subtraction",
@@ -197,34 +142,6 @@ CATALOGUE = [
         named="blocked scores pushed down by adding -10000 instead of -inf",
     ),
     Wrong(check_masked_softmax, "fills with 0", lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), -1)),
-    Wrong(
-        check_masked_attention,
-        "softmax over dim 0",
-        lambda q, k, v, m: (
-            torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~m, -INF), dim=0) @ v
-        ),
-    ),
-    Wrong(
-        check_masked_attention,
-        "mask polarity inverted (SDPA with a blocked-mask)",
-        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=~m),
-    ),
-    Wrong(
-        check_masked_attention,
-        "mask added after the softmax",
-        lambda q, k, v, m: (
-            (
-                torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
-                + torch.zeros(m.shape).masked_fill(~m, -1e9)
-            )
-            @ v
-        ),
-    ),
-    Wrong(
-        check_masked_attention,
-        "no scaling",
-        lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~m, -INF), -1) @ v,
-    ),
     # ----------------------------------------------------------- 04 heads
     Wrong(
         check_split_heads,

@@ -15,14 +15,9 @@ import torch
 
 from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ..qkv_by_hand.exercises import gradient_names, with_gradients, with_gradients_all
+from ..qkv_by_hand.exercises import compare_with_gradients
 
-# The checkers in the order of the notebook's exercises (the lesson registry reads them from here).
 __all__ = [
-    "check_cache_prediction",
-    "check_masked_softmax",
-    "check_cached_causal_mask",
-    "check_causal_attention",
     "AFTER_SOFTMAX_HINT",
     "AFTER_SOFTMAX_NAME",
     "FINITE_FILL_HINT",
@@ -32,6 +27,10 @@ __all__ = [
     "attention_blocked_key_gets_weight",
     "blocked_key_gets_weight",
     "causal_attention",
+    "check_cache_prediction",
+    "check_cached_causal_mask",
+    "check_causal_attention",
+    "check_masked_softmax",
     "random_mask",
 ]
 
@@ -201,7 +200,7 @@ def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = Tru
         *mistakes,
         Misconception(
             "rows and columns swapped: (seq_k, seq_q)",
-            lambda q, k: causal_mask(k, q),
+            lambda q, k: _tril(k, q, q - k),
             "Rows are queries and columns keys: the mask has shape (seq_q, seq_k).",
         ),
         Misconception(
@@ -260,7 +259,8 @@ def _causal_cases() -> list:
     return [
         Case(qkv((5, 4), (5, 4), (5, 3)), description="no cache: q, k (5, 4), v (5, 3)"),
         Case(
-            qkv((2, 3, 7, 8), (2, 3, 7, 8), (2, 3, 7, 2)), description="batch and heads: q, k (2, 3, 7, 8), v (2, 3, 7, 2)"
+            qkv((2, 3, 7, 8), (2, 3, 7, 8), (2, 3, 7, 2)),
+            description="batch and heads: q, k (2, 3, 7, 8), v (2, 3, 7, 2)",
         ),
         Case(qkv((3, 4), (8, 4), (8, 4)), description="3 new queries after 5 cached tokens: q (3, 4), k, v (8, 4)"),
         Case(
@@ -300,13 +300,14 @@ def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True)
         for guarded in (True, False)
     ]
     misconceptions.append(Misconception(FUTURE_NAME, None, FUTURE_HINT, detect=_future_leaks))
-    return check_function(
+    return compare_with_gradients(
         "causal attention with a cache",
-        with_gradients(learner, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
-        with_gradients(causal_attention, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        learner,
+        causal_attention,
         _causal_cases(),
-        with_gradients_all(misconceptions, CAUSAL_OUTPUTS, CAUSAL_INPUTS),
-        output_names=gradient_names(CAUSAL_OUTPUTS, CAUSAL_INPUTS),
+        misconceptions,
+        CAUSAL_OUTPUTS,
+        CAUSAL_INPUTS,
         verbose=verbose,
     )
 

@@ -26,13 +26,15 @@ import torch
 from ... import examples, scaled_dot_product_attention, softmax
 from ...teaching.checking import AnswerRejected, Case, CheckResult, Misconception, check_function, random_tensor
 
-# The checkers in the order of the notebook's exercises (the lesson registry reads them from here).
 __all__ = [
-    "check_uniform_prediction",
-    "check_weights_debug",
-    "check_attention_head",
+    "GRADIENT_HINT",
+    "GRADIENT_NAME",
     "WRONG_AXES_HINT",
     "WRONG_AXES_NAME",
+    "check_attention_head",
+    "check_uniform_prediction",
+    "check_weights_debug",
+    "compare_with_gradients",
     "gradient_names",
     "transposed_key_variants",
     "with_gradients",
@@ -86,20 +88,37 @@ def _probe(output: torch.Tensor) -> torch.Tensor:
 
 
 def _form(value: Any) -> str:
+    """What a value is, as a learner reads it: "a tensor of shape (3, 4)", "a tuple of 1 tensor", "None"."""
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} item{'s' if len(value) != 1 else ''}"
+        kind = "tensor" if value and all(isinstance(v, torch.Tensor) for v in value) else "item"
+        return f"a {type(value).__name__} of {len(value)} {kind}{'s' if len(value) != 1 else ''}"
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-def with_gradients(function: Callable[..., Any], outputs: Sequence[str], inputs: Sequence[str]) -> Callable[..., Any]:
+GRADIENT_NAME = "no gradient reaches an argument (the graph is cut)"
+GRADIENT_HINT = (
+    "Your values may be right, but no gradient flows back from what your function returns to one of its "
+    "arguments: a step cut the graph (`.detach()`, `torch.no_grad()`, `.item()` or `.tolist()`, or a new tensor "
+    "built with `torch.tensor(...)` from computed numbers), or the result does not depend on that argument. "
+    "Training adjusts the weights through these gradients: compute with tensor operations all the way."
+)
+
+
+def with_gradients(
+    function: Callable[..., Any],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    missing: list[str] | None = None,
+) -> Callable[..., Any]:
     """``function``'s outputs followed by the gradient, for each tensor argument named in ``inputs`` (the
     first positional ones, in order), of a fixed weighted sum of the outputs.
 
     A checker compares these with the reference's, so an answer must get the gradients right as well as
-    the values: one that cuts the graph (``.detach()``, ``torch.no_grad()``, ``.item()``, building a new
-    tensor with ``torch.tensor(...)``) is told that no gradient reaches an argument. The function gets
+    the values. Where no gradient reaches an argument (an answer that cuts the graph with ``.detach()``,
+    ``torch.no_grad()``, ``.item()``, a new tensor built with ``torch.tensor(...)``, or does not use it), its
+    gradient counts as zeros and its name is added to ``missing``. The function gets
     copies of its arguments; if it changes one in place, it is told so. ``outputs`` names what the
     function returns: one name for a bare tensor, several for a tuple. Errors keep pointing at the
     learner's own line (the wrapper sets ``__wrapped__``)."""
@@ -112,14 +131,21 @@ def with_gradients(function: Callable[..., Any], outputs: Sequence[str], inputs:
         ]
         given = [leaf.clone() if i < len(inputs) else leaf for i, leaf in enumerate(leaves)]
         result = function(*given, **kwargs)
-        for name, leaf, passed in zip(inputs, leaves, given, strict=False):
+        changed = False
+        for original, leaf, passed in zip(args, leaves, given, strict=False):
             if passed.shape != leaf.shape or not torch.equal(passed.detach(), leaf.detach()):
-                raise AnswerRejected(
-                    f"your function changed its argument `{name}` in place (e.g. `{name} /= …`, "
-                    f"`{name}.masked_fill_(…)`, `{name}.t_()`), so the caller's tensor changed too; work on a copy: "
-                    f"`{name} = {name} / …`, or the version without the underscore"
-                )
+                # Hand the change on to the argument the checker gave us (its own copy), so that the checker
+                # names it as the change of an argument in place, with the argument's name.
+                with torch.no_grad():
+                    original.set_(passed.detach().clone())
+                changed = True
+        if changed:
+            return result
+        if result is None:
+            raise AnswerRejected("your function returned None — did you forget `return`?")
         if len(outputs) == 1:
+            if isinstance(result, (tuple, list)) and len(result) == 1 and isinstance(result[0], torch.Tensor):
+                raise AnswerRejected(f"your function returned {_form(result)}; return the tensor itself")
             if not isinstance(result, torch.Tensor):
                 raise AnswerRejected(f"return the {outputs[0]} as one tensor; your function returned {_form(result)}")
             results: tuple = (result,)
@@ -137,24 +163,56 @@ def with_gradients(function: Callable[..., Any], outputs: Sequence[str], inputs:
         if carried:
             total = sum((value * _probe(value)).sum() for value in carried)
             grads = torch.autograd.grad(total, leaves[: len(inputs)], allow_unused=True)
-        for name, grad in zip(inputs, grads, strict=True):
-            if grad is None:
-                raise AnswerRejected(
-                    f"no gradient reaches `{name}` through what your function returns: it does not depend on "
-                    f"`{name}`, or a step cut the graph (`.detach()`, `torch.no_grad()`, `.item()`/`.tolist()`, "
-                    "or a new tensor built with `torch.tensor(...)`), so training could never adjust it"
-                )
+        if missing is not None:
+            missing[:] = [name for name, grad in zip(inputs, grads, strict=True) if grad is None]
+        grads = tuple(
+            torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads, strict=False)
+        )
         return (*(value.detach() for value in results), *grads)
 
     return run
 
 
+def compare_with_gradients(
+    exercise: str,
+    learner: Callable[..., Any],
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    misconceptions: Sequence[Misconception],
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    **options: Any,
+) -> CheckResult:
+    """:func:`~mhsa_helpers.teaching.checking.check_function` with the learner, the reference and the
+    misconceptions wrapped by :func:`with_gradients`, and the outputs named. A class, or a module without
+    ``forward``, is passed to ``check_function`` as it is, which names that mistake before running anything."""
+    if isinstance(learner, type) or (
+        isinstance(learner, torch.nn.Module) and type(learner).forward is torch.nn.Module.forward
+    ):
+        return check_function(exercise, learner, reference, cases, **options)
+    missing: list[str] = []
+
+    def cuts_the_graph(run: Callable[..., Any]) -> bool:
+        missing.clear()
+        run(*cases[0].args, **cases[0].kwargs)
+        return bool(missing)
+
+    graph_cut = Misconception(GRADIENT_NAME, None, GRADIENT_HINT, detect=cuts_the_graph)
+    return check_function(
+        exercise,
+        with_gradients(learner, outputs, inputs, missing),
+        with_gradients(reference, outputs, inputs),
+        cases,
+        [*with_gradients_all(misconceptions, outputs, inputs), graph_cut],
+        output_names=gradient_names(outputs, inputs),
+        **options,
+    )
+
+
 def with_gradients_all(misconceptions: Sequence[Misconception], outputs: Sequence[str], inputs: Sequence[str]) -> list:
     """The ``misconceptions`` with their implementations wrapped by :func:`with_gradients` too."""
     return [
-        m
-        if m.implementation is None
-        else replace(m, implementation=with_gradients(m.implementation, outputs, inputs))
+        m if m.implementation is None else replace(m, implementation=with_gradients(m.implementation, outputs, inputs))
         for m in misconceptions
     ]
 
@@ -332,7 +390,12 @@ def _head_cases() -> tuple:
     ]
     cases = [
         Case(
-            (random_tensor(g, *x), random_tensor(g, d_in, d_k), random_tensor(g, d_in, d_k), random_tensor(g, d_in, d_v)),
+            (
+                random_tensor(g, *x),
+                random_tensor(g, d_in, d_k),
+                random_tensor(g, d_in, d_k),
+                random_tensor(g, d_in, d_v),
+            ),
             description=text,
         )
         for x, d_in, d_k, d_v, text in shapes
@@ -424,14 +487,15 @@ def check_attention_head(learner: Callable[..., Any], *, verbose: bool = True) -
             "Return the output first, then the weights: return output, weights.",
         ),
     ]
-    return check_function(
+    return compare_with_gradients(
         "one attention head",
-        with_gradients(learner, HEAD_OUTPUTS, HEAD_INPUTS),
-        with_gradients(attention_head, HEAD_OUTPUTS, HEAD_INPUTS),
+        learner,
+        attention_head,
         cases,
-        with_gradients_all(mistakes, HEAD_OUTPUTS, HEAD_INPUTS),
+        mistakes,
+        HEAD_OUTPUTS,
+        HEAD_INPUTS,
         square_cases=square,
-        output_names=gradient_names(HEAD_OUTPUTS, HEAD_INPUTS),
         shortcuts=("scaled_dot_product_attention", "attention_scores"),
         verbose=verbose,
     )

@@ -23,10 +23,9 @@ from ..causal_masking.exercises import (
     attention_blocked_key_gets_weight,
     random_mask,
 )
-from ..qkv_by_hand.exercises import gradient_names, with_gradients, with_gradients_all, wrong_axes_misconceptions
+from ..qkv_by_hand.exercises import compare_with_gradients, wrong_axes_misconceptions
 
-# The checkers in the order of the notebook's exercises (the lesson registry reads them from here).
-__all__ = ["check_spread_prediction", "check_softmax", "check_my_attention"]
+__all__ = ["check_my_attention", "check_softmax", "check_spread_prediction"]
 
 
 # ---------------------------------------------------------------- predict: how the scores grow
@@ -69,7 +68,6 @@ def check_spread_prediction(learner: Callable[[], Any], *, verbose: bool = True)
         rtol=0.0,
         verbose=verbose,
     )
-
 
 
 # ---------------------------------------------------------------- softmax (a debugging exercise)
@@ -243,18 +241,15 @@ def _attention_cases() -> tuple:
         Case(qkv((1, 6), (17, 6), (17, 6)), description="one query, 17 keys: q (1, 6), k, v (17, 6)"),
         Case(qkv((7, 5), (7, 5), (7, 5)), description="self-attention: q, k, v (7, 5)"),
         Case(
-            qkv((4, 4), (5, 4), (5, 3)),
-            {"mask": random_mask(g, 4, 5)},
+            (*qkv((4, 4), (5, 4), (5, 3)), random_mask(g, 4, 5)),
             description="q (4, 4), k (5, 4), v (5, 3), mask (4, 5)",
         ),
         Case(
-            qkv((2, 2, 7, 8), (2, 2, 7, 8), (2, 2, 7, 2)),
-            {"mask": padding},
+            (*qkv((2, 2, 7, 8), (2, 2, 7, 8), (2, 2, 7, 2)), padding),
             description="batch and heads with a padding mask (2, 1, 1, 7) for lengths 3 and 7",
         ),
         Case(
-            qkv((2, 3, 5, 16), (2, 3, 6, 16), (2, 3, 6, 8)),
-            {"mask": random_mask(g, 2, 3, 5, 6)},
+            (*qkv((2, 3, 5, 16), (2, 3, 6, 16), (2, 3, 6, 8)), random_mask(g, 2, 3, 5, 6)),
             description="batch and heads: q (2, 3, 5, 16), k (2, 3, 6, 16), v (2, 3, 6, 8), mask (2, 3, 5, 6)",
         ),
         # d_k = 1, so the scores are q * k: query 0's visible keys score near -24000 while a blocked key
@@ -264,8 +259,8 @@ def _attention_cases() -> tuple:
                 torch.tensor([[100.0], [1.0]], dtype=torch.float64),
                 torch.tensor([[-240.0], [-250.0], [-90.0], [-300.0]], dtype=torch.float64),
                 random_tensor(g, 4, 2),
+                torch.tensor([[True, True, False, True], [True, False, True, True]]),
             ),
-            {"mask": torch.tensor([[True, True, False, True], [True, False, True, True]])},
             description="scores far apart: visible keys near -24000, a blocked key at -9000",
         ),
     ]
@@ -288,6 +283,11 @@ def _attend(q, k_t, v, mask=None, *, divide_by=None, dim=-1, fill=float("-inf"),
     if mask is not None and after:
         weights = weights * mask
     return weights @ v
+
+
+def _masked_scores(q, k, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return scores if mask is None else scores.masked_fill(~mask, float("-inf"))
 
 
 def _plain(q, k, v, mask=None, **options):
@@ -352,13 +352,38 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
         ),
         *wrong_axes_misconceptions(_attend),
         Misconception(
+            "scaled after the softmax",
+            lambda q, k, v, mask=None: _plain(q, k, v * (1 / math.sqrt(q.shape[-1])), mask),
+            "Your weights were divided by √d_k after the softmax, so they sum to 1/√d_k. The scale belongs "
+            "inside: softmax(q kᵀ / √d_k).",
+        ),
+        Misconception(
+            "applied the softmax after multiplying by V",
+            lambda q, k, v, mask=None: torch.softmax(_masked_scores(q, k, mask) @ v, dim=-1),
+            "The softmax turns the scores into weights; the output is those weights times V: softmax(q kᵀ / √d_k) @ v.",
+        ),
+        Misconception(
+            "reshaped K instead of transposing it",
+            lambda q, k, v, mask=None: _attend(q, k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]), v, mask),
+            "k.reshape(..., d_k, seq_k) has the right shape but reads the numbers in the wrong order: it is not "
+            "Kᵀ. Swap the two axes: k.transpose(-2, -1) (or k.mT).",
+        ),
+        Misconception(
             "returned the weights instead of weights @ V",
             lambda q, k, v, mask=None: _plain(q, k, torch.eye(k.shape[-2], dtype=q.dtype), mask),
             "Your function returns the (seq_q, seq_k) attention weights. The output mixes the values with "
             "them: weights @ v, of shape (..., seq_q, d_v).",
         ),
-        Misconception(POLARITY_NAME, lambda q, k, v, mask=None: _plain(q, k, v, None if mask is None else ~mask),
-                      POLARITY_HINT),
+        Misconception(
+            POLARITY_NAME, lambda q, k, v, mask=None: _plain(q, k, v, None if mask is None else ~mask), POLARITY_HINT
+        ),
+        Misconception(
+            POLARITY_NAME,
+            # What PyTorch's F.scaled_dot_product_attention (and the package) give for ~mask: zeros, not NaN,
+            # for the rows the inverted mask blocks entirely.
+            lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, None if mask is None else ~mask),
+            POLARITY_HINT,
+        ),
         Misconception(
             "the mask was not used",
             lambda q, k, v, mask=None: _plain(q, k, v),
@@ -382,14 +407,15 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
             detect=lambda run: attention_blocked_key_gets_weight(lambda *args: run(*args)[0]),
         ),
     ]
-    return check_function(
+    return compare_with_gradients(
         "my scaled dot-product attention",
-        with_gradients(learner, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
-        with_gradients(scaled_dot_product_attention, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
+        learner,
+        scaled_dot_product_attention,
         cases,
-        with_gradients_all(misconceptions, ATTENTION_OUTPUTS, ATTENTION_INPUTS),
+        misconceptions,
+        ATTENTION_OUTPUTS,
+        ATTENTION_INPUTS,
         square_cases=square,
-        output_names=gradient_names(ATTENTION_OUTPUTS, ATTENTION_INPUTS),
         shortcuts=("scaled_dot_product_attention", "MultiheadAttention"),
         verbose=verbose,
     )
