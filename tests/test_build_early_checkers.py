@@ -214,6 +214,7 @@ def test_an_output_that_skips_the_value_weights_names_the_cut_graph():
     assert result.misconception == GRADIENT_NAME and ".detach()" in result.message
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
 def test_an_error_inside_the_learners_head_points_at_the_learners_line():
     def my_attention_head(x, w_q, w_k, w_v):
         q, k, v = x @ w_q, x @ w_k, x @ w_v
