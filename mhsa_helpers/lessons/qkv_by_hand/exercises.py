@@ -184,10 +184,13 @@ def compare_with_gradients(
     **options: Any,
 ) -> CheckResult:
     """:func:`~mhsa_helpers.teaching.checking.check_function` with the learner, the reference and the
-    misconceptions wrapped by :func:`with_gradients`, and the outputs named. A class, or a module without
-    ``forward``, is passed to ``check_function`` as it is, which names that mistake before running anything."""
-    if isinstance(learner, type) or (
-        isinstance(learner, torch.nn.Module) and type(learner).forward is torch.nn.Module.forward
+    misconceptions wrapped by :func:`with_gradients`, and the outputs named. Something that is not a function,
+    a class, or a module without ``forward`` is passed to ``check_function`` as it is, which refuses it (a
+    TypeError) or names that mistake before running anything."""
+    if (
+        not callable(learner)
+        or isinstance(learner, type)
+        or (isinstance(learner, torch.nn.Module) and type(learner).forward is torch.nn.Module.forward)
     ):
         return check_function(exercise, learner, reference, cases, **options)
     missing: list[str] = []
