@@ -52,7 +52,7 @@ def test_the_copy_needs_matching_biases_shapes_and_rope():
         copy_gqa_weights(MyCausalSelfAttention(12, 6, d_in=10), small_gqa())
     with pytest.raises(ValueError, match="RoPE on interleaved pairs"):
         copy_gqa_weights(MyCausalSelfAttention(12, 6), MultiHeadSelfAttention(12, 6, causal=True))
-    with pytest.raises(TypeError, match="nn.Linear named w_q"):
+    with pytest.raises(TypeError, match=r"nn\.Linear named w_q"):
         copy_gqa_weights(torch.nn.Linear(12, 12), small_gqa())
     with pytest.raises(TypeError, match="MultiHeadSelfAttention"):
         copy_gqa_weights(MyCausalSelfAttention(12, 6), torch.nn.Linear(12, 12))
@@ -112,7 +112,7 @@ def test_bad_arguments_are_named(models):
         with_attention(model, MyCausalSelfAttention(576, 9))
     with pytest.raises(TypeError, match="model must be a CausalLM"):
         with_attention(torch.nn.Linear(2, 2), MyCausalSelfAttention)
-    with pytest.raises(TypeError, match="must return an nn.Module"):
+    with pytest.raises(TypeError, match=r"must return an nn\.Module"):
         with_attention(model, lambda *args, **kwargs: 3)
     with pytest.raises(ValueError, match="token_positions"):
         YourAttention(MyCausalSelfAttention(8, 2))(torch.zeros(1, 2, 8), token_positions=torch.arange(2))

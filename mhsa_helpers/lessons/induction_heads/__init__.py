@@ -3,7 +3,8 @@
 The task (``task``), the two-layer attention-only model (``model``), the training loop
 (``training``), the head scores and ablations (``scores``), the shipped checkpoints
 (``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
-explorer over training steps (``explorer``), and the schematic diagrams (``diagrams``).
+explorer over training steps (``explorer``), the schematic diagrams (``diagrams``), and the check
+that the learner's own attention module is written (``your_module``, "train your own module").
 """
 
 from .checkpoints import (
@@ -44,6 +45,7 @@ from .training import (
     split_losses,
     train_induction,
 )
+from .your_module import module_is_written
 
 __all__ = [
     "BOS",
@@ -83,6 +85,7 @@ __all__ = [
     "make_checkpoints",
     "make_induction_batch",
     "mark_copies",
+    "module_is_written",
     "phase_change_step",
     "previous_token_score",
     "repeat_chunk",

@@ -113,7 +113,9 @@ class AttentionOnlyTransformer(nn.Module):
             )
         silenced = self._check_ablate(ablate)
         if mask is not None and self.custom_attention:
-            raise ValueError("mask works only with the package's attention (attention=None): got a mask and a custom module")
+            raise ValueError(
+                "mask works only with the package's attention (attention=None): got a mask and a custom module"
+            )
         x = self.embed(tokens)
         if self.pos_embed is not None:
             x = x + self.pos_embed(torch.arange(tokens.shape[1], device=tokens.device))
@@ -187,7 +189,10 @@ def _build_attention(attention: Callable[[int, int], nn.Module], d_model: int, n
 def _checked_output(layer: nn.Module, result: object, x: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A custom module's ``(out, weights)``, or a ValueError saying which shape it should have had."""
     batch, seq, d_model = x.shape
-    expected = f"(out (batch, seq, d_model) = {(batch, seq, d_model)}, weights (batch, heads, seq, seq) = {(batch, heads, seq, seq)})"
+    expected = (
+        f"(out (batch, seq, d_model) = {(batch, seq, d_model)}, "
+        f"weights (batch, heads, seq, seq) = {(batch, heads, seq, seq)})"
+    )
     ok = isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)
     if ok and tuple(result[0].shape) == (batch, seq, d_model) and tuple(result[1].shape) == (batch, heads, seq, seq):
         return result[0], result[1]
