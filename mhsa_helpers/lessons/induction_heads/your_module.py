@@ -28,7 +28,7 @@ def module_is_written(attention: object, name: str = "MyCausalSelfAttention") ->
             written = False
     if not written:
         print(
-            f"{name} is not written yet (still the placeholder, or it raises NotImplementedError): paste your class from "
-            "notebook 06 into the cell above and run this cell again. Nothing was run."
+            f"{name} is not written yet (still the placeholder, or it raises NotImplementedError): paste your "
+            "class from notebook 06 into the cell above and run this cell again. Nothing was run."
         )
     return written
