@@ -7,6 +7,9 @@ in notebook 06 and pasted into the notebook. While it is still the placeholder (
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import torch
 
 __all__ = ["module_is_written"]
@@ -20,7 +23,7 @@ def module_is_written(attention: object, name: str = "MyCausalSelfAttention") ->
         written = False
     else:
         try:
-            module = attention(8, 2)  # type: ignore[operator]
+            module = cast(Callable[..., Any], attention)(8, 2)
             with torch.no_grad():
                 module(torch.zeros(1, 3, 8))
             written = True
