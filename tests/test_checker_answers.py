@@ -225,6 +225,10 @@ def copy_loss(logits, tokens, repeat_len):
     return torch.nn.functional.cross_entropy(predictions.transpose(1, 2), targets)
 
 
+def untrained_prediction():
+    return sum(1 / (t + 1) for t in range(1, 32)) / 31
+
+
 def ablation_prediction():
     return torch.tensor([True, True, False, False])
 
@@ -249,7 +253,7 @@ RIGHT = {
     "check_decoding_mask": decoding_mask,
     "check_attend_with_cache": attend_with_cache,
     "check_causal_mhsa_rope": causal_mhsa_rope,
-    "check_previous_token_score": previous_token_score,
+    "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
     "check_ablate_head": ablate_head,
@@ -270,7 +274,11 @@ RIGHT = {
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
 #: The checkers whose answer is one tensor (not several outputs, not a number).
-ONE_TENSOR = [n for n in NAMES if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes")]
+ONE_TENSOR = [
+    n
+    for n in NAMES
+    if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_untrained_prediction")
+]
 #: The checkers that pass the learner at least one tensor (or a module holding tensors).
 TAKES_TENSORS = [
     n
@@ -286,6 +294,7 @@ TAKES_TENSORS = [
         "check_alibi_bias",
         "check_ntk_frequencies",
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
+        "check_untrained_prediction",  # a prediction, too
     )
 ]
 

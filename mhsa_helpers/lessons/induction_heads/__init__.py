@@ -19,7 +19,14 @@ from .checkpoints import (
     save_checkpoints,
 )
 from .diagrams import induction_circuit_diagram, residual_stream_diagram
-from .exercises import check_ablate_head, check_induction_score, check_previous_token_score, check_repeat_chunk
+from .exercises import (
+    PREDICTION_SEQ,
+    check_ablate_head,
+    check_induction_score,
+    check_previous_token_score,
+    check_repeat_chunk,
+    check_untrained_prediction,
+)
 from .explorer import example_index, training_explorer
 from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
 from .model import POSITIONS, AttentionOnlyTransformer
@@ -55,6 +62,7 @@ __all__ = [
     "LEARNED_CHECKPOINT_FILE",
     "LEARNED_CHECKPOINT_STEPS",
     "POSITIONS",
+    "PREDICTION_SEQ",
     "SCORE_NAMES",
     "AttentionOnlyTransformer",
     "Checkpoints",
@@ -71,6 +79,7 @@ __all__ = [
     "check_previous_token_score",
     "check_repeat_chunk",
     "check_task_settings",
+    "check_untrained_prediction",
     "evaluation_batch",
     "example_index",
     "find_induction_circuit",
