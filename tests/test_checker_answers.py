@@ -237,6 +237,10 @@ def copy_loss(logits, tokens, repeat_len):
     return torch.nn.functional.cross_entropy(predictions.transpose(1, 2), targets)
 
 
+def untrained_prediction():
+    return sum(1 / (t + 1) for t in range(1, 32)) / 31
+
+
 def ablation_prediction():
     return torch.tensor([True, True, False, False])
 
@@ -263,7 +267,7 @@ RIGHT = {
     "check_decoding_mask": decoding_mask,
     "check_attend_with_cache": attend_with_cache,
     "check_causal_mhsa_rope": causal_mhsa_rope,
-    "check_previous_token_score": previous_token_score,
+    "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
     "check_ablate_head": ablate_head,
@@ -284,7 +288,12 @@ RIGHT = {
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
 #: The predictions of notebooks 01-03: the learner's function takes nothing and returns a number.
-NUMBER_PREDICTIONS = ("check_uniform_prediction", "check_spread_prediction", "check_cache_prediction")
+NUMBER_PREDICTIONS = (
+    "check_uniform_prediction",
+    "check_spread_prediction",
+    "check_cache_prediction",
+    "check_untrained_prediction",
+)
 #: The checkers whose answer is one tensor (not several outputs, not a number).
 ONE_TENSOR = [
     n
@@ -308,6 +317,7 @@ TAKES_TENSORS = [
         "check_alibi_bias",
         "check_ntk_frequencies",
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
+        "check_untrained_prediction",  # a prediction, too
     )
 ]
 

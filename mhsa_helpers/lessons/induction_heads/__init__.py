@@ -3,7 +3,8 @@
 The task (``task``), the two-layer attention-only model (``model``), the training loop
 (``training``), the head scores and ablations (``scores``), the shipped checkpoints
 (``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
-explorer over training steps (``explorer``), and the schematic diagrams (``diagrams``).
+explorer over training steps (``explorer``), the schematic diagrams (``diagrams``), and the check
+that the learner's own attention module is written (``your_module``, "train your own module").
 """
 
 from .checkpoints import (
@@ -18,7 +19,14 @@ from .checkpoints import (
     save_checkpoints,
 )
 from .diagrams import induction_circuit_diagram, residual_stream_diagram
-from .exercises import check_ablate_head, check_induction_score, check_previous_token_score, check_repeat_chunk
+from .exercises import (
+    PREDICTION_SEQ,
+    check_ablate_head,
+    check_induction_score,
+    check_previous_token_score,
+    check_repeat_chunk,
+    check_untrained_prediction,
+)
 from .explorer import example_index, training_explorer
 from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
 from .model import POSITIONS, AttentionOnlyTransformer
@@ -44,6 +52,7 @@ from .training import (
     split_losses,
     train_induction,
 )
+from .your_module import module_is_written
 
 __all__ = [
     "BOS",
@@ -53,6 +62,7 @@ __all__ = [
     "LEARNED_CHECKPOINT_FILE",
     "LEARNED_CHECKPOINT_STEPS",
     "POSITIONS",
+    "PREDICTION_SEQ",
     "SCORE_NAMES",
     "AttentionOnlyTransformer",
     "Checkpoints",
@@ -69,6 +79,7 @@ __all__ = [
     "check_previous_token_score",
     "check_repeat_chunk",
     "check_task_settings",
+    "check_untrained_prediction",
     "evaluation_batch",
     "example_index",
     "find_induction_circuit",
@@ -83,6 +94,7 @@ __all__ = [
     "make_checkpoints",
     "make_induction_batch",
     "mark_copies",
+    "module_is_written",
     "phase_change_step",
     "previous_token_score",
     "repeat_chunk",

@@ -9,6 +9,7 @@ rows make every wrong diagonal, wrong target and wrong average give a different 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -16,11 +17,14 @@ from ...teaching.checking import Case, CheckResult, Misconception, check_functio
 from .scores import induction_score, previous_token_score
 from .task import InductionBatch, repeat_chunk
 
+# check_previous_token_score is no longer an exercise of notebook 07 (its formula is given in the text, and the
+# exercise became a prediction); it stays importable by name for the tests and for anyone who wants it.
 __all__ = [
+    "PREDICTION_SEQ",
     "check_ablate_head",
     "check_induction_score",
-    "check_previous_token_score",
     "check_repeat_chunk",
+    "check_untrained_prediction",
 ]
 
 
@@ -425,3 +429,82 @@ def check_ablate_head(learner: Callable[..., torch.Tensor], *, verbose: bool = T
     return check_function(
         "ablate_head", learner, _ablate_reference, _ablate_cases(), ABLATE_MISCONCEPTIONS, verbose=verbose
     )
+
+
+# ---------------------------------------------------------------- predict: the score of an untrained head
+
+#: The sequences of the prediction exercise: notebook 07's 32 tokens.
+PREDICTION_SEQ = 32
+
+
+def _uniform_previous_token_score() -> float:
+    """A head that spreads query ``t``'s weight evenly over the ``t + 1`` keys it may see puts ``1 / (t + 1)``
+    on key ``t - 1``; the score averages that over ``t = 1 .. seq - 1``."""
+    return sum(1 / (t + 1) for t in range(1, PREDICTION_SEQ)) / (PREDICTION_SEQ - 1)
+
+
+UNTRAINED_MISCONCEPTIONS = (
+    Misconception(
+        "spread over every key, the future ones too",
+        lambda: 1 / PREDICTION_SEQ,
+        "1/32 would be right if every query shared its weight among all 32 keys. The causal mask lets query t "
+        "see only t + 1 keys, so the early queries give the previous token a large share (1/2 at t = 1).",
+    ),
+    Misconception(
+        "the share of the middle query",
+        lambda: 1 / (PREDICTION_SEQ // 2 + 1),
+        "1/(t + 1) at the middle query is not the mean of 1/(t + 1): the early queries, with few keys to share "
+        "among, put far more on the previous token, and they pull the mean up.",
+    ),
+    Misconception(
+        "counted query 0",
+        lambda: sum(1 / (t + 1) for t in range(PREDICTION_SEQ)) / PREDICTION_SEQ,
+        "Query 0 has no previous token: the score averages over the 31 queries t = 1 .. 31 only (notebook 07, "
+        "section 7), not over all 32 with query 0's weight on itself.",
+    ),
+    Misconception(
+        "an untrained head looks nowhere",
+        lambda: 0.0,
+        "Softmax rows sum to 1: even with random weights every query gives every key it may see some weight, "
+        "the previous one included.",
+    ),
+)
+
+
+def _measured_untrained_scores() -> torch.Tensor:
+    """The 8 heads' previous-token scores at step 0 of the shipped run, on the held-out batch."""
+    from .checkpoints import load_checkpoints  # the checkpoints import training; checkers load them lazily
+    from .training import evaluation_batch
+
+    checkpoints = load_checkpoints()
+    batch = evaluation_batch(checkpoints.config, 128)
+    with torch.no_grad():
+        _, weights = checkpoints.model_at(0)(batch.tokens)
+    return torch.stack([previous_token_score(w) for w in weights])
+
+
+def check_untrained_prediction(learner: Callable[[], float], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner() -> float``: the previous-token score of a head that spreads each query's weight
+    evenly over the keys it may see, on :data:`PREDICTION_SEQ`-token sequences (within 0.01). The
+    message adds what the 8 heads of the shipped run scored at step 0."""
+    result = check_function(
+        "untrained_prediction",
+        learner,
+        _uniform_previous_token_score,
+        [Case((), description="a head that spreads its weight evenly, 32 tokens")],
+        UNTRAINED_MISCONCEPTIONS,
+        atol=0.01,
+        rtol=0.0,
+        verbose=False,
+    )
+    if result.status in ("correct", "misconception", "incorrect"):
+        measured = _measured_untrained_scores()
+        result = replace(
+            result,
+            message=f"{result.message} Measured at step 0 of the shipped run: the 8 heads scored "
+            f"{float(measured.min()):.3f} to {float(measured.max()):.3f} (even spreading: "
+            f"{_uniform_previous_token_score():.3f}).",
+        )
+    if verbose:
+        print(result.message)
+    return result

@@ -10,11 +10,15 @@
 
 No MLPs and no layer norms: every computation is attention, so what the model learned is
 visible in its attention weights.
+
+``attention=`` swaps in another attention module, e.g. the learner's ``MyCausalSelfAttention`` of
+notebook 06 ("train your own module", notebook 07): it is called as ``attention(d_model, num_heads)``
+once per layer, and its module is called as ``module(x, need_weights=True)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -22,7 +26,7 @@ from torch import nn
 from ...checks import check_divisible, check_int
 from ...mha import MultiHeadSelfAttention
 
-__all__ = ["POSITIONS", "AttentionOnlyTransformer"]
+__all__ = ["POSITIONS", "AttentionOnlyTransformer", "output_projection"]
 
 #: Where the model gets positional information: learned absolute position embeddings, or RoPE.
 POSITIONS = ("learned", "rope")
@@ -39,6 +43,12 @@ class AttentionOnlyTransformer(nn.Module):
         max_seq_len: longest sequence (size of the learned position table).
         positions: ``"learned"`` (a learned embedding added to the tokens) or ``"rope"``
             (rotary embeddings inside every attention layer).
+        attention: ``None`` (the package's causal ``MultiHeadSelfAttention``) or a class or function
+            called as ``attention(d_model, num_heads)`` that returns an ``nn.Module`` following notebook
+            06's contract: ``module(x, need_weights=True)`` with ``x (batch, seq, d_model)`` returns
+            ``(out (batch, seq, d_model), weights (batch, heads, seq, seq))``, causal, and with ``positions="rope"``
+            rotating queries and keys itself (the model then adds no positions). Ablation zeroes the
+            input of its output projection ``w_o``.
 
     Call: ``model(tokens, ablate=())`` with ``tokens (batch, seq)`` int64 returns
     ``(logits, weights)``: ``logits (batch, seq, vocab)`` and a list with one
@@ -55,6 +65,7 @@ class AttentionOnlyTransformer(nn.Module):
         num_layers: int = 2,
         max_seq_len: int = 64,
         positions: str = "learned",
+        attention: Callable[[int, int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         check_int("vocab_size", vocab_size, 2)
@@ -70,10 +81,16 @@ class AttentionOnlyTransformer(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
         rope = positions == "rope"
-        self.layers = nn.ModuleList(
-            MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, max_seq_len=max_seq_len)
-            for _ in range(num_layers)
-        )
+        #: True when the layers are ``attention``'s modules rather than the package's.
+        self.custom_attention = attention is not None
+        if attention is None:
+            layers = [
+                MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, max_seq_len=max_seq_len)
+                for _ in range(num_layers)
+            ]
+        else:
+            layers = [_build_attention(attention, d_model, num_heads) for _ in range(num_layers)]
+        self.layers = nn.ModuleList(layers)
         self.unembed = nn.Linear(d_model, vocab_size)
 
     @property
@@ -95,15 +112,22 @@ class AttentionOnlyTransformer(nn.Module):
                 f"got shape {tuple(tokens.shape)}"
             )
         silenced = self._check_ablate(ablate)
+        if mask is not None and self.custom_attention:
+            raise ValueError(
+                "mask works only with the package's attention (attention=None): got a mask and a custom module"
+            )
         x = self.embed(tokens)
         if self.pos_embed is not None:
             x = x + self.pos_embed(torch.arange(tokens.shape[1], device=tokens.device))
         all_weights = []
         for index, layer in enumerate(self.layers):
             heads = [head for (at, head) in silenced if at == index]
-            hook = layer.out_proj.register_forward_pre_hook(self._zero_heads(heads)) if heads else None
+            hook = output_projection(layer).register_forward_pre_hook(self._zero_heads(heads)) if heads else None
             try:
-                out, weights = layer(x, mask=mask, need_weights=True)
+                if self.custom_attention:
+                    out, weights = _checked_output(layer, layer(x, need_weights=True), x, self.num_heads)
+                else:
+                    out, weights = layer(x, mask=mask, need_weights=True)
             finally:
                 if hook is not None:
                     hook.remove()
@@ -133,6 +157,51 @@ class AttentionOnlyTransformer(nn.Module):
             return (merged,)
 
         return hook
+
+
+def output_projection(layer: nn.Module) -> nn.Module:
+    """The ``W_O`` of an attention layer, whose input holds the heads side by side: the package's
+    ``out_proj`` or, in a learner's module (notebook 06's contract), ``w_o``."""
+    for name in ("out_proj", "w_o"):
+        projection = getattr(layer, name, None)
+        if isinstance(projection, nn.Module):
+            return projection
+    raise ValueError(
+        f"ablate needs the attention's output projection W_O as an nn.Module attribute named out_proj (the "
+        f"package's) or w_o (notebook 06's MyCausalSelfAttention), got a {type(layer).__name__} with neither"
+    )
+
+
+def _build_attention(attention: Callable[[int, int], nn.Module], d_model: int, num_heads: int) -> nn.Module:
+    if not callable(attention) or isinstance(attention, nn.Module):
+        raise TypeError(
+            "attention must be a class or function called as attention(d_model, num_heads) that returns a new "
+            f"nn.Module (e.g. MyCausalSelfAttention, not an instance of it), got {_describe(attention)}"
+        )
+    module = attention(d_model, num_heads)
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"attention(d_model, num_heads) must return an nn.Module, got {_describe(module)} from {attention!r:.60}"
+        )
+    return module
+
+
+def _checked_output(layer: nn.Module, result: object, x: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A custom module's ``(out, weights)``, or a ValueError saying which shape it should have had."""
+    batch, seq, d_model = x.shape
+    expected = (
+        f"(out (batch, seq, d_model) = {(batch, seq, d_model)}, "
+        f"weights (batch, heads, seq, seq) = {(batch, heads, seq, seq)})"
+    )
+    ok = isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)
+    if ok and tuple(result[0].shape) == (batch, seq, d_model) and tuple(result[1].shape) == (batch, heads, seq, seq):
+        return result[0], result[1]
+    given = (
+        "(" + ", ".join(str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__ for t in result) + ")"
+        if isinstance(result, tuple)
+        else _describe(result)
+    )
+    raise ValueError(f"{type(layer).__name__}(x, need_weights=True) must return {expected}, got {given}")
 
 
 def _describe(value: object) -> str:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from mhsa_helpers import default_device
 
@@ -121,10 +122,14 @@ class TrainingRun:
         return asdict(self.config)
 
 
-def build_model(config: InductionConfig, seed: int = 0) -> AttentionOnlyTransformer:
+def build_model(
+    config: InductionConfig, seed: int = 0, *, attention: Callable[[int, int], nn.Module] | None = None
+) -> AttentionOnlyTransformer:
     """A freshly initialised model for ``config``; the same ``seed`` gives the same weights.
 
-    The global random state is left as it was."""
+    ``attention``: ``None`` (the package's attention) or a class such as notebook 06's
+    ``MyCausalSelfAttention``, called as ``attention(d_model, num_heads)`` for each layer (see
+    :class:`~.model.AttentionOnlyTransformer`). The global random state is left as it was."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AttentionOnlyTransformer(
@@ -134,6 +139,7 @@ def build_model(config: InductionConfig, seed: int = 0) -> AttentionOnlyTransfor
             num_layers=2,
             max_seq_len=config.seq_len,
             positions=config.positions,
+            attention=attention,
         )
 
 
@@ -170,6 +176,7 @@ def train_induction(
     device: torch.device | str | None = None,
     checkpoint_steps: Iterable[int] = (),
     progress: Callable[[int, int], None] | None = None,
+    attention: Callable[[int, int], nn.Module] | None = None,
 ) -> TrainingRun:
     """Train a fresh two-layer model on ``config``'s task for ``config.steps`` steps (Adam).
 
@@ -177,7 +184,8 @@ def train_induction(
     generators; other CPUs may differ in the last bits of float sums). ``device`` defaults to
     :func:`mhsa_helpers.default_device`. ``progress(step, steps)`` is called after every step
     (a notebook's progress bar). Returns a :class:`TrainingRun`; ``checkpoint_steps`` (each in
-    ``0 .. steps``) get float32 CPU copies of the weights.
+    ``0 .. steps``) get float32 CPU copies of the weights. ``attention`` swaps the attention
+    module of both layers ("train your own module": :func:`build_model`); the loop is the same.
     """
     config = InductionConfig() if config is None else config
     if not isinstance(config, InductionConfig):
@@ -189,7 +197,7 @@ def train_induction(
     if bad:
         raise ValueError(f"checkpoint_steps must be ints in [0, steps={config.steps}], got {bad}")
     device = default_device() if device is None else torch.device(device)
-    model = build_model(config, seed).to(device)
+    model = build_model(config, seed, attention=attention).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     data_rng = torch.Generator().manual_seed(seed)
     run = TrainingRun(model=model, config=config, seed=seed)

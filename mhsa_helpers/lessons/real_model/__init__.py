@@ -3,9 +3,11 @@ parts (:mod:`mhsa_helpers.real_model`).
 
 The measuring tools (``tools``: the model loaded once, the copying test, notebook 07's scores for
 every head, zeroing heads), the pictures (``figures``), the schematic (``diagrams``), the explorer
-over layers, heads and sentences (``explorer``) and the exercise checkers (``exercises``).
+over layers, heads and sentences (``explorer``), the exercise checkers (``exercises``), and the
+model with the learner's attention module in every layer (``swap``).
 """
 
+from ..induction_heads.your_module import module_is_written
 from .diagrams import real_model_diagram
 from .exercises import (
     PREDICTION_HEADS,
@@ -18,6 +20,7 @@ from .exercises import (
 )
 from .explorer import PRESET_SENTENCES, attention_weights_of, real_attention_explorer
 from .figures import ablation_loss_bars, layer_head_maps
+from .swap import YourAttention, copy_gqa_weights, with_attention
 from .tools import (
     FIRST_ORDINARY_TOKEN,
     ablate_heads,
@@ -38,6 +41,7 @@ __all__ = [
     "PREDICTION_HEADS",
     "PREDICTION_RISE",
     "PRESET_SENTENCES",
+    "YourAttention",
     "ablate_heads",
     "ablation_loss_bars",
     "attention_weights_of",
@@ -46,6 +50,7 @@ __all__ = [
     "check_head_induction_score",
     "check_heads",
     "check_sink_heads",
+    "copy_gqa_weights",
     "copy_loss",
     "copy_losses",
     "copying_test",
@@ -54,9 +59,11 @@ __all__ = [
     "layer_head_maps",
     "load_model",
     "measured_rises",
+    "module_is_written",
     "random_repeated_batch",
     "real_attention_explorer",
     "real_model_diagram",
     "sentence_loss",
     "top_heads",
+    "with_attention",
 ]

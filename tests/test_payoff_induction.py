@@ -1,0 +1,173 @@
+"""Notebook 07's payoff, "train your own module": the learner's attention (tests/learner_reference.py)
+swapped into the induction model by one argument computes what the package's does from the same
+weights, and trained from its own start it goes through the same phase change."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from learner_reference import MyCausalSelfAttention
+from torch import nn
+
+from mhsa_helpers.lessons.induction_heads import (
+    AttentionOnlyTransformer,
+    InductionConfig,
+    build_model,
+    evaluation_batch,
+    find_induction_circuit,
+    head_scores,
+    in_context_loss,
+    load_checkpoints,
+    phase_change_step,
+    train_induction,
+)
+from mhsa_helpers.lessons.induction_heads.your_module import module_is_written
+from mhsa_helpers.lessons.real_model.swap import copy_gqa_weights
+
+#: The learner's run: the package's task and model, 400 steps (the package's shipped run has 320; the
+#: step of the drop depends on the random start, and the learner's module starts elsewhere).
+LEARNER_STEPS = 400
+
+
+def same_weights(package: AttentionOnlyTransformer) -> AttentionOnlyTransformer:
+    """The learner's model holding ``package``'s weights."""
+    mine = AttentionOnlyTransformer(
+        package.vocab_size, package.d_model, package.num_heads, max_seq_len=package.max_seq_len,
+        positions="rope", attention=MyCausalSelfAttention,
+    )  # fmt: skip
+    mine.embed.load_state_dict(package.embed.state_dict())
+    mine.unembed.load_state_dict(package.unembed.state_dict())
+    for my_layer, layer in zip(mine.layers, package.layers, strict=True):
+        copy_gqa_weights(my_layer, layer)
+    return mine.eval()
+
+
+def test_one_argument_swaps_every_layer_and_the_seed_fixes_its_weights():
+    config = InductionConfig()
+    model = build_model(config, seed=3, attention=MyCausalSelfAttention)
+    assert all(isinstance(layer, MyCausalSelfAttention) for layer in model.layers) and len(model.layers) == 2
+    assert model.pos_embed is None and model.custom_attention
+    again = build_model(config, seed=3, attention=MyCausalSelfAttention)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
+    other = build_model(config, seed=4, attention=MyCausalSelfAttention)
+    assert not torch.equal(model.layers[0].w_q.weight, other.layers[0].w_q.weight)
+    assert not build_model(config, seed=3).custom_attention
+
+
+def test_the_same_weights_give_the_same_logits_weights_and_ablations():
+    config = InductionConfig()
+    package = load_checkpoints().model_at(320)  # the trained model: its heads are sharp
+    mine = same_weights(package)
+    batch = evaluation_batch(config, 16)
+    with torch.no_grad():
+        want, want_weights = package(batch.tokens)
+        got, got_weights = mine(batch.tokens)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for w_got, w_want in zip(got_weights, want_weights, strict=True):
+            torch.testing.assert_close(w_got, w_want, atol=1e-5, rtol=1e-4)
+        for pair in ((0, 1), (1, 3)):  # ablation hooks the learner's w_o as it hooks the package's out_proj
+            zeroed, _ = mine(batch.tokens, ablate=[pair])
+            torch.testing.assert_close(zeroed, package(batch.tokens, ablate=[pair])[0], atol=1e-4, rtol=1e-4)
+            assert (zeroed - got).abs().max() > 1e-2
+    assert in_context_loss(mine, batch, ablate=[(0, 2)]) == pytest.approx(
+        in_context_loss(package, batch, ablate=[(0, 2)]), abs=1e-4
+    )
+
+
+@pytest.fixture(scope="module")
+def learner_run():
+    torch.set_num_threads(1)
+    return train_induction(InductionConfig(steps=LEARNER_STEPS), seed=0, device="cpu", attention=MyCausalSelfAttention)
+
+
+def mean(values, start, stop):
+    return sum(values[start:stop]) / (stop - start)
+
+
+def test_the_learners_module_goes_through_the_same_phase_change(learner_run):
+    package = load_checkpoints().history["induction_loss"]  # the package's run: same task, batches and seed
+    mine = learner_run.induction_loss
+    chance = math.log(31)
+    for losses in (package, mine):
+        assert abs(mean(losses, 0, 10) - chance) < 0.3  # both start at chance
+        assert mean(losses, 50, 60) - mean(losses, 190, 200) < 1.0  # a slow first stage
+        step = phase_change_step(losses)
+        assert step is not None and step > 200
+        assert mean(losses, step - 60, step - 50) - mean(losses, step - 10, step) > 1.0  # then a sudden drop
+        assert mean(losses, len(losses) - 10, len(losses)) < 0.8  # and the model copies
+    # Its own start changes when, not whether: the drop comes within 100 steps of the package's.
+    assert abs(phase_change_step(mine) - phase_change_step(package)) < 100
+    assert mean(learner_run.other_loss, LEARNER_STEPS - 10, LEARNER_STEPS) > 3.0
+
+
+def test_the_learners_model_grows_the_induction_circuit(learner_run):
+    model, batch = learner_run.model.cpu(), evaluation_batch(InductionConfig(), 128)
+    with torch.no_grad():
+        _, weights = model(batch.tokens)
+    scores = head_scores(weights, batch)
+    (_, prev), (_, ind) = find_induction_circuit(scores)
+    assert scores["previous_token"][0, prev] > 0.7 and scores["induction"][1, ind] > 0.4
+    baseline = in_context_loss(model, batch)
+    assert in_context_loss(model, batch, ablate=[(0, prev)]) > baseline + 1.5
+    others = [h for h in range(4) if h != prev]
+    assert all(in_context_loss(model, batch, ablate=[(0, h)]) < baseline + 0.5 for h in others)
+
+
+class NoProjection(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.inner = MyCausalSelfAttention(d_model, num_heads)
+
+    def forward(self, x, need_weights=False):
+        return self.inner(x, need_weights=need_weights)
+
+
+class WeightsOfOneHead(MyCausalSelfAttention):
+    def forward(self, x, cache=None, need_weights=False):
+        out, weights = super().forward(x, cache, need_weights=True)
+        return out, weights[:, 0]
+
+
+def test_bad_attention_arguments_are_named():
+    with pytest.raises(TypeError, match=r"attention must be a class or function called as attention\(d_model"):
+        AttentionOnlyTransformer(16, 16, 4, attention=3)
+    with pytest.raises(TypeError, match="not an instance"):
+        AttentionOnlyTransformer(16, 16, 4, attention=MyCausalSelfAttention(16, 4))
+    with pytest.raises(TypeError, match=r"must return an nn\.Module, got int"):
+        AttentionOnlyTransformer(16, 16, 4, attention=lambda d_model, num_heads: 7)
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(
+        ValueError, match=r"weights \(batch, heads, seq, seq\) = \(2, 4, 5, 5\).*got \(\(2, 5, 16\), \(2, 5, 5\)\)"
+    ):
+        AttentionOnlyTransformer(16, 16, 4, positions="rope", attention=WeightsOfOneHead)(tokens)
+    model = AttentionOnlyTransformer(16, 16, 4, positions="rope", attention=NoProjection)
+    assert model(tokens)[0].shape == (2, 5, 16)
+    with pytest.raises(ValueError, match=r"out_proj .* or w_o"):
+        model(tokens, ablate=[(0, 1)])
+    with pytest.raises(ValueError, match="mask works only with the package's attention"):
+        AttentionOnlyTransformer(16, 16, 4, attention=MyCausalSelfAttention)(tokens, mask=torch.ones(5, 5).bool())
+
+
+class Placeholder(nn.Module):
+    def __init__(self, d_model, num_heads, *, d_in=None, bias=True, rope_base=10000.0):
+        super().__init__()
+
+    def forward(self, x, cache=None, need_weights=False):
+        raise NotImplementedError
+
+
+class Broken(MyCausalSelfAttention):
+    def forward(self, x, cache=None, need_weights=False):
+        return self.w_q(x.transpose(1, 2))
+
+
+def test_a_placeholder_is_reported_and_a_bug_is_raised(capsys):
+    assert module_is_written(MyCausalSelfAttention) and capsys.readouterr().out == ""
+    assert not module_is_written(Placeholder)
+    assert "not written yet" in capsys.readouterr().out
+    assert not module_is_written(None)
+    assert "paste your class from notebook 06" in capsys.readouterr().out
+    with pytest.raises(RuntimeError):  # the learner's own bug is shown as it is, not hidden
+        module_is_written(Broken)
