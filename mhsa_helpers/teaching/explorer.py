@@ -54,8 +54,6 @@ __all__ = [
     "SLIDER",
     "STATIC_NOTE",
     "Explorer",
-    "check_bool",
-    "check_number",
     "divisors",
     "log_slider",
     "nearby_value",
@@ -90,26 +88,9 @@ def seeded(seed: int) -> Iterator[None]:
         yield
 
 
-def check_bool(name: str, value: object) -> bool:
-    """``value`` as a bool; only True or False (numpy's too) are accepted."""
-    # bool(value) would turn any non-empty string, e.g. "no", into True.
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def divisors(n: int) -> list[int]:
     """The divisors of ``n``, ascending (the head counts a ``d_model`` of ``n`` allows)."""
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def check_number(name: str, value: object, low: float, high: float) -> float:
-    """``value`` as a float: a finite int or float (never a bool) in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [{low:g}, {high:g}], got {type(value).__name__} {value!r}")
-    if not (math.isfinite(float(value)) and low <= float(value) <= high):
-        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {name}={value}")
-    return float(value)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

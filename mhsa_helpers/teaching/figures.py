@@ -28,7 +28,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..checks import check_int
+from ..checks import expect_int
 
 __all__ = [
     "ANNOTATE_MAX_SEQ",
@@ -516,7 +516,7 @@ def head_grid(
     if values.ndim != 3 or 0 in values.shape:
         raise ValueError(f"weights must be a non-empty 3-D array (heads, seq_q, seq_k), got shape {values.shape}")
     heads, seq_q, seq_k = values.shape
-    ncols = check_int("ncols", ncols, 1)
+    ncols = expect_int("ncols", ncols, 1)
     if tokens is not None:
         if seq_q != seq_k:
             raise ValueError(
@@ -524,7 +524,7 @@ def head_grid(
             )
         tokens = check_tokens("tokens", tokens, seq_q, "position")
     if highlight is not None:
-        highlight = check_int("highlight", highlight, 0, heads - 1)
+        highlight = expect_int("highlight", highlight, 0, heads - 1)
     cols = min(ncols, heads)
     rows = math.ceil(heads / cols)
     if figsize is None:
