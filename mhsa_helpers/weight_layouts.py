@@ -251,12 +251,11 @@ def from_projection_weights(
         module.qkv_proj.weight.copy_(torch.cat((q_w, k_w, v_w), dim=0))
         module.out_proj.weight.copy_(o_w)
         if has_qkv_bias:
-            sizes = (d_model, k_w.shape[0], v_w.shape[0])
             module.qkv_proj.bias.copy_(
                 torch.cat(
                     [
                         torch.zeros(size, dtype=q_w.dtype, device=q_w.device) if b is None else b
-                        for b, size in zip(qkv_biases, sizes, strict=True)
+                        for b, size in zip(qkv_biases, sizes[:3], strict=True)
                     ]
                 )
             )

@@ -629,7 +629,7 @@ def benchmark_plot(
         missing = [key for key in (x, y, group) if key not in row]
         if missing:
             raise ValueError(f"rows[{index}] must have the keys {x!r}, {y!r} and {group!r}, missing {missing}")
-        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))
+        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))  # type: ignore[arg-type]  # numbers, checked by float()
     if ax is None:
         ax = new_axes((5.0, 3.4))
     all_x = [px for points in series.values() for px, _ in points]

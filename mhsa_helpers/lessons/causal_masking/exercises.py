@@ -129,7 +129,7 @@ def check_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> C
         *mask_mistakes,
         # The same mistakes built from torch.ones(n, n) without .bool() (a common way to build the mask):
         # a bool answer never matches a number one, so each is listed in number form too.
-        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mask_mistakes],
+        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mask_mistakes],  # type: ignore[arg-type]  # each has one
         Misconception(
             NUMBER_MASK_NAME,
             _as_number_mask(causal_mask),

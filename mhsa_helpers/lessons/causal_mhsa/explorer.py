@@ -130,7 +130,7 @@ class _MHSAExplorer(Explorer):
         # A (seq, d_model) block is wide: let it fill its slot, with the colour bar beside it.
         ax.set_aspect("auto")
         ax.set_position((0.8, 0.22, 0.12, 0.62))
-        output.colorbar.ax.set_position((0.935, 0.22, 0.012, 0.62))
+        output.colorbar.ax.set_position((0.935, 0.22, 0.012, 0.62))  # type: ignore[union-attr]  # drawn with one
         ax.set_title("output (seq, d_model)", fontsize=8)
         return grid, output
 

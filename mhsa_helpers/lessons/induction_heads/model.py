@@ -101,7 +101,8 @@ class AttentionOnlyTransformer(nn.Module):
         all_weights = []
         for index, layer in enumerate(self.layers):
             heads = [head for (at, head) in silenced if at == index]
-            hook = layer.out_proj.register_forward_pre_hook(self._zero_heads(heads)) if heads else None
+            out_proj: nn.Module = layer.out_proj  # type: ignore[assignment]  # every layer's is an nn.Linear
+            hook = out_proj.register_forward_pre_hook(self._zero_heads(heads)) if heads else None
             try:
                 out, weights = layer(x, mask=mask, need_weights=True)
             finally:

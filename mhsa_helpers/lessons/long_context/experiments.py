@@ -39,7 +39,7 @@ def stretched_model(seq_len: int, scaling: RopeScaling | None = None) -> Attenti
     model = shipped.model_at(shipped.steps[-1])
     model.max_seq_len = seq_len
     for layer in model.layers:
-        layer.rope = RotaryEmbedding(layer.d_head, max_seq_len=seq_len, scaling=scaling)
+        layer.rope = RotaryEmbedding(layer.d_head, max_seq_len=seq_len, scaling=scaling)  # type: ignore[arg-type]  # an int
     return model.eval()
 
 

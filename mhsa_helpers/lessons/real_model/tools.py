@@ -88,8 +88,8 @@ def ablate_heads(model: CausalLM, heads: Sequence[tuple[int, int]]) -> Iterator[
 
     try:
         for layer, chosen in by_layer.items():
-            block = model.blocks[layer]
-            handles.append(block.attn.out_proj.register_forward_pre_hook(zero_heads(chosen)))
+            out_proj: torch.nn.Module = model.blocks[layer].attn.out_proj  # type: ignore[union-attr, assignment]  # a LlamaBlock's
+            handles.append(out_proj.register_forward_pre_hook(zero_heads(chosen)))
         yield
     finally:
         for handle in handles:
