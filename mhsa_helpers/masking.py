@@ -49,7 +49,7 @@ def padding_mask(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     expect_int("seq_len", seq_len)
     if lengths.ndim != 1:
         raise ValueError(f"lengths must be 1-D, one length per sequence (batch,), got shape {tuple(lengths.shape)}")
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > seq_len):
+    if lengths.numel() and not lengths.is_meta and (int(lengths.min()) < 0 or int(lengths.max()) > seq_len):
         raise ValueError(
             f"lengths must lie in [0, seq_len={seq_len}], got values from {int(lengths.min())} to {int(lengths.max())}"
         )

@@ -77,8 +77,9 @@ def expect_rope_base(base: object) -> float:
 
 
 def expect_positions_below(token_positions: torch.Tensor, max_seq_len: int, low: int = 0, high: int = -1) -> None:
-    """Positions (those of ``token_positions``, or ``low .. high`` when it is empty) have a cached angle."""
-    if token_positions.numel():
+    """Positions (those of ``token_positions``, or ``low .. high`` when it is empty) have a cached angle.
+    A ``meta`` tensor has no values to check."""
+    if token_positions.numel() and not token_positions.is_meta:
         low, high = int(token_positions.min()), int(token_positions.max())
     if low < 0 or high >= max_seq_len:
         raise ValueError(
@@ -109,13 +110,15 @@ def rope_angles(token_positions: torch.Tensor, d_head: int, base: float = 10000.
     tensors ``(..., d_head // 2)`` on the positions' device.
 
     Computed in float64, angles and ``theta_i`` both (``m * theta_i`` loses digits in float32 once
-    ``m`` reaches the thousands), on the CPU, because some accelerators (Apple's mps) have no float64.
+    ``m`` reaches the thousands), where the positions are, or on the CPU for a device without float64
+    (Apple's mps).
     """
     expect_integer_tensor("token_positions", token_positions)
-    if token_positions.numel() and int(token_positions.min()) < 0:
+    if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
         raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
-    theta = rope_frequencies(d_head, base, dtype=torch.float64)
-    angles = token_positions.cpu().to(torch.float64)[..., None] * theta
+    device = torch.device("cpu") if token_positions.device.type == "mps" else token_positions.device
+    theta = rope_frequencies(d_head, base, device=device, dtype=torch.float64)
+    angles = token_positions.to(device, torch.float64)[..., None] * theta
     return angles.cos().float().to(token_positions.device), angles.sin().float().to(token_positions.device)
 
 
