@@ -19,6 +19,7 @@ teaching scaffolding included.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -94,6 +95,9 @@ def expect_dtype_of(name: str, value: torch.Tensor, reference_name: str, referen
 
 def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     """The shape the given shapes broadcast to (NumPy's rule), or ``None`` if they do not broadcast."""
+    first = tuple(shapes[0])
+    if all(tuple(shape) == first for shape in shapes[1:]):
+        return first  # the usual case, at once
     result: list[int] = []
     for axis in range(-max(len(shape) for shape in shapes), 0):
         sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
@@ -104,8 +108,10 @@ def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def expect_broadcastable(name: str, value: torch.Tensor, target: Sequence[int], target_desc: str) -> None:
-    """``value`` broadcasts to ``target`` *without growing it* (the result keeps the target's shape)."""
-    if broadcast_shape(tuple(value.shape), tuple(target)) != tuple(target):
+    """``value`` broadcasts to ``target`` *without growing it* (the result keeps the target's shape):
+    no more dimensions, and each of its trailing sizes 1 or the target's."""
+    shape = tuple(value.shape)
+    if len(shape) > len(target) or any(s not in (1, t) for s, t in zip(shape[::-1], tuple(target)[::-1], strict=False)):
         raise ValueError(
             f"{name} must be broadcastable to {target_desc} = {tuple(target)}, got shape {tuple(value.shape)}"
         )
@@ -133,11 +139,12 @@ def expect_mask(
 def expect_int(name: str, value: object, low: int = 1, high: int | None = None, why: str = "") -> int:
     """An int (numpy's too, never a bool) in ``[low, high]`` (``high=None``: no upper bound);
     ``why`` is appended to the requirement, e.g. ``" (one of the heads)"``."""
-    bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r} (expected {bounds}{why})")
-    if int(value) < low or (high is not None and int(value) > high):
-        raise ValueError(f"{name} must be {bounds}{why}, got {value}")
+        raise TypeError(
+            f"{name} must be an int, got {type(value).__name__} {value!r} (expected {_bounds(low, high)}{why})"
+        )
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name} must be {_bounds(low, high)}{why}, got {value}")
     return int(value)
 
 
@@ -152,20 +159,24 @@ def expect_number(
     why: str = "",
 ) -> float:
     """A finite real number (never a bool) between ``low`` and ``high``, each included unless ``open_*``."""
-    left, right = "(" if open_low else "[", ")" if open_high else "]"
-    if high is None:
-        bounds = "" if low is None else f" {'>' if open_low else '>='} {low:g}"
-    else:
-        bounds = f" in {left}{-np.inf if low is None else low:g}, {high:g}{right}"
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number{bounds}{why}, got {type(value).__name__} {value!r}")
+        bounds = _bounds(low, high, open_low, open_high)
+        raise TypeError(f"{name} must be a number{bounds and ' '}{bounds}{why}, got {type(value).__name__} {value!r}")
     number = float(value)
     too_low = low is not None and (number < low or (open_low and number == low))
     too_high = high is not None and (number > high or (open_high and number == high))
-    if not np.isfinite(number) or too_low or too_high:
+    if too_low or too_high or not math.isfinite(number):
+        bounds = _bounds(low, high, open_low, open_high)
         kind = "" if high is not None else " a finite number"  # "in [0, 1)" says finite already
-        raise ValueError(f"{name} must be{kind}{bounds}{why}, got {name}={value}")
+        raise ValueError(f"{name} must be{kind}{bounds and ' '}{bounds}{why}, got {name}={value}")
     return number
+
+
+def _bounds(low: float | None, high: float | None, open_low: bool = False, open_high: bool = False) -> str:
+    """``">= 1"``, ``"> 0"``, ``"in [0, 1)"``, or ``""`` without bounds."""
+    if high is None:
+        return "" if low is None else f"{'>' if open_low else '>='} {low:g}"
+    return f"in {'(' if open_low else '['}{-math.inf if low is None else low:g}, {high:g}{')' if open_high else ']'}"
 
 
 def expect_bool(name: str, value: object) -> bool:
