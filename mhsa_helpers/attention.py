@@ -24,7 +24,7 @@ from .checks import broadcast_shape, expect_broadcastable, expect_dtype_of, expe
 from .masking import causal_mask, combine_masks
 from .softmax import LOW_PRECISION_DTYPES, softmax
 
-__all__ = ["attend", "attention_scores", "fused_attention", "scaled_dot_product_attention"]
+__all__ = ["attend", "attention_scores", "scaled_dot_product_attention"]
 
 Output = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
@@ -108,7 +108,7 @@ def attend(
         )
 
     if not need_weights and dropout_p == 0.0 and bias is None:
-        return fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
+        return _fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
     if is_causal:
         mask = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device))
     if q.dtype in LOW_PRECISION_DTYPES:
@@ -129,7 +129,7 @@ def attend(
     return weights @ v, (weights if need_weights else None)
 
 
-def fused_attention(
+def _fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -138,9 +138,9 @@ def fused_attention(
     is_causal: bool,
     scale: float | None,
 ) -> torch.Tensor:
-    """The same output as :func:`attend`, from PyTorch's fused kernels
-    (:func:`torch.nn.functional.scaled_dot_product_attention`): no weights, dropout or bias.
-    Arguments as checked by :func:`attend`; shapes as there.
+    """:func:`attend`'s output from PyTorch's fused kernels
+    (:func:`torch.nn.functional.scaled_dot_product_attention`), for a call without weights, dropout
+    or bias; its arguments are the ones :func:`attend` has checked, shapes as there.
 
     PyTorch's ``is_causal`` aligns the causal mask to the *first* key; this package aligns it to the
     last (a block of new queries after cached keys), so it is passed as a mask unless the scores are square.

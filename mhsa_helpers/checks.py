@@ -13,6 +13,10 @@ Every message names the argument, what was expected and what was given, so a lea
 ``expect_*`` returns the value it accepted (as an ``int``, ``float`` or tensor), or raises
 ``TypeError`` for the wrong kind of value and ``ValueError`` for the right kind with a wrong value.
 
+A public function that calls another one lets it check again (``MultiHeadSelfAttention.forward``
+calls ``split_heads``, ``attend``…): there is one version of each function, the one a reader opens.
+The repeated checks cost microseconds, seen only on toy sizes (``benchmarks/`` measures speed).
+
 A foundation module, taught by no notebook: every module of the package may use it, the
 teaching scaffolding included.
 """
