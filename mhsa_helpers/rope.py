@@ -131,11 +131,14 @@ def apply_rotary(
     ``(..., seq, d_head // 2)`` (one angle per pair). Returns a tensor shaped and typed like ``x``.
     """
     expect_floating("x", x, min_ndim=2, shape="(..., seq, d_head)")
-    expect_even_d_head(x.shape[-1], "x's last dimension d_head", f"x of shape {tuple(x.shape)}")
-    for name, value in (("cos", cos), ("sin", sin)):
-        expect_broadcastable(
-            name, expect_tensor(name, value), (*x.shape[:-1], x.shape[-1] // 2), "(..., seq, d_head // 2)"
+    if x.shape[-1] % 2:
+        raise ValueError(
+            "x's last dimension d_head must be even for RoPE (dimensions are rotated in pairs), "
+            f"got x of shape {tuple(x.shape)}"
         )
+    pairs = (*x.shape[:-1], x.shape[-1] // 2)
+    for name, value in (("cos", cos), ("sin", sin)):
+        expect_broadcastable(name, expect_tensor(name, value), pairs, "(..., seq, d_head // 2)")
     expect_choice("convention", convention, ROPE_CONVENTIONS)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if convention == "interleaved":
