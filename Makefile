@@ -3,7 +3,7 @@
 #   make lab        open the notebooks in JupyterLab (does its own set-up)
 #   make test       unit/property tests + nbval over every notebook (does its own set-up)
 #   make lint       ruff check + ruff format --check over the whole repository
-#   make typecheck  mypy over the core modules (configured in pyproject.toml)
+#   make typecheck  mypy over the whole package (configured in pyproject.toml)
 #   make notebooks  re-execute notebooks in place, each in a fresh kernel (NOTEBOOKS=... for some)
 #   make setup      create .venv and install the project with its dev tools
 #   make site       the website from the executed notebooks, in build/site (offline)

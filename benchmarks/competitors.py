@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mhsa_helpers import MultiHeadSelfAttention
-from mhsa_helpers.checks import check_choice, check_positive_int
+from mhsa_helpers.checks import expect_choice, expect_int
 
 # The naive baseline is the test suite's copy of the source documents' code, kept once in
 # tests/seed_systems.py; tests/ is not a package, so its folder goes on the path.
@@ -125,7 +125,7 @@ class Competitors:
         The boolean ``attn_mask`` that ``nn.MultiheadAttention`` needs (``True`` = blocked)
         is built here, once per length, outside anything that is timed.
         """
-        check_positive_int("seq_len", seq_len)
+        expect_int("seq_len", seq_len)
         fns: dict[str, ForwardFn] = {}
         for name in self.names:
             module = self.modules[name]
@@ -162,8 +162,8 @@ def build_competitors(
     """
     names = tuple(names)
     for name in names:
-        check_choice("names", name, IMPLEMENTATIONS)
-    check_positive_int("max_seq_len", max_seq_len)
+        expect_choice("names", name, IMPLEMENTATIONS)
+    expect_int("max_seq_len", max_seq_len)
     factory = {"device": device, "dtype": dtype}
     torch.manual_seed(seed)
     reference = MultiHeadSelfAttention(d_model, num_heads, causal=True, **factory).eval()

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from competitors import IMPLEMENTATIONS, build_competitors
 
-from mhsa_helpers.checks import check_choice, check_positive_int
+from mhsa_helpers.checks import expect_choice, expect_int
 
 __all__ = [
     "MemoryMeasurement",
@@ -109,8 +109,8 @@ def time_interleaved(
     function. All calls run under ``torch.inference_mode``. Returns ``{name: Timing}``;
     sample ``r`` of every Timing comes from round ``r``, which :func:`paired_ratio` relies on.
     """
-    check_positive_int("repeats", repeats)
-    check_positive_int("warmup", warmup, allow_zero=True)
+    expect_int("repeats", repeats)
+    expect_int("warmup", warmup, 0)
     names = list(functions)
     if not names:
         raise ValueError("functions must hold at least one callable, got an empty mapping")
@@ -164,9 +164,9 @@ def attention_forward_flops(seq_len: int, d_model: int = 512, *, batch: int = 1,
     discards it (the naive path). Softmax, masking, scaling and biases are not counted
     (``O(n^2)`` and ``O(n d)`` against ``O(n^2 d)``). The head count does not appear.
     """
-    check_positive_int("seq_len", seq_len)
-    check_positive_int("d_model", d_model)
-    check_positive_int("batch", batch)
+    expect_int("seq_len", seq_len)
+    expect_int("d_model", d_model)
+    expect_int("batch", batch)
     n, d = seq_len, d_model
     attention = 2 * n * (n + 1) * d if causal else 4 * n * n * d
     return batch * (8 * n * d * d + attention)
@@ -182,7 +182,7 @@ def matmul_reference(
     The default is the shape of a ``d_model = 512`` projection of 4096 tokens.
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
-        check_positive_int(name, value)
+        expect_int(name, value)
     generator = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=generator).to(device)
     b = torch.randn(k, n, generator=generator).to(device)
@@ -337,9 +337,9 @@ def measure_peak_memory(
     before the call (the naive path's ``(context, context)`` mask buffer is part of
     ``state_mb``, not of ``peak_mb``). Not available on Windows (no ``resource`` module).
     """
-    check_choice("impl_name", impl_name, IMPLEMENTATIONS)
-    check_positive_int("seq_len", seq_len)
-    threads = torch.get_num_threads() if threads is None else check_positive_int("threads", threads)
+    expect_choice("impl_name", impl_name, IMPLEMENTATIONS)
+    expect_int("seq_len", seq_len)
+    threads = torch.get_num_threads() if threads is None else expect_int("threads", threads)
     common = (impl_name, seq_len, d_model, num_heads, batch, threads)
     if sys.platform.startswith("linux") and can_reset_peak_rss():
         data = run_worker(*common, "vmhwm", True, timeout)

@@ -8,7 +8,7 @@ Small modules, one idea each, in the order of the notebooks:
 * :mod:`~mhsa_helpers.heads` — splitting into heads and merging them back (notebook 04), sharing
   key/value heads (notebook 08);
 * :mod:`~mhsa_helpers.positions` — absolute position embeddings, sinusoidal and learned (notebook 05);
-* :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05);
+* :mod:`~mhsa_helpers.rope` — rotary position embeddings (notebook 05), and stretching them (notebook 09);
 * :mod:`~mhsa_helpers.kv_cache` — the key/value cache for incremental decoding (notebook 06), preallocated
   (notebook 08) and with a sliding window (notebook 09);
 * :mod:`~mhsa_helpers.mha` — the multi-head self-attention module and its functional form (notebook 06);
@@ -17,8 +17,8 @@ Small modules, one idea each, in the order of the notebooks:
 * :mod:`~mhsa_helpers.kv_cache_memory` — what the KV cache costs, MHA/GQA/MQA (notebook 08);
 * :mod:`~mhsa_helpers.long_context` — sliding windows, ALiBi, stretching RoPE (notebook 09);
 * :mod:`~mhsa_helpers.weight_layouts` — loaders, per-head/stacked/fused weights, the RoPE weight permutation;
-* :mod:`~mhsa_helpers.checks` — every argument check, run once at each public entry point;
-* :mod:`~mhsa_helpers.compat` — workarounds for older PyTorch releases;
+* :mod:`~mhsa_helpers.checks` — the ``expect_*`` words each public function checks its arguments with;
+* :mod:`~mhsa_helpers.compat` — what PyTorch's releases do differently, made the same;
 * :mod:`~mhsa_helpers.examples` — the toy sentences and matrices of the series;
 * :mod:`~mhsa_helpers.devices` — picking the GPU when there is one.
 

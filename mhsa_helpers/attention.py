@@ -19,7 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import checks, compat
+from . import compat
+from .checks import broadcast_shape, expect_broadcastable, expect_dtype_of, expect_floating, expect_mask, expect_number
 from .masking import causal_mask, combine_masks
 from .softmax import LOW_PRECISION_DTYPES, softmax
 
@@ -28,17 +29,40 @@ __all__ = ["attend", "attention_scores", "scaled_dot_product_attention"]
 Output = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
-@checks.checked_by(checks.attention_scores_args)
+def expect_queries_and_keys(q: object, k: object) -> tuple[int, ...]:
+    """Float ``q (..., seq_q, d_k)`` and ``k (..., seq_k, d_k)`` of one dtype; their batch shape."""
+    q = expect_floating("q", q, min_ndim=2, shape="(..., seq_q, d_k)")
+    k = expect_floating("k", k, min_ndim=2, shape="(..., seq_k, d_k)")
+    expect_dtype_of("k", k, "q", q)
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k must have the same last dimension d_k as q: expected k.shape[-1] == {q.shape[-1]}, "
+            f"got q shape {tuple(q.shape)} and k shape {tuple(k.shape)}"
+        )
+    return expect_batch_dims(q=q, k=k)
+
+
+def expect_batch_dims(**tensors: torch.Tensor) -> tuple[int, ...]:
+    """The leading (batch) dimensions of the tensors, all but their last two, broadcast together."""
+    batch = broadcast_shape(*(t.shape[:-2] for t in tensors.values()))
+    if batch is None:
+        names = list(tensors)
+        together = ", ".join(names[:-1]) + " and " + names[-1]
+        given = ", ".join(f"{name} shape {tuple(t.shape)}" for name, t in tensors.items())
+        raise ValueError(f"{together} must have broadcastable batch dimensions, got {given}")
+    return batch
+
+
 def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """Scaled scores ``q @ k^T * scale`` with ``scale = 1/sqrt(d_k)`` by default.
 
     Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)`` -> ``(..., seq_q, seq_k)``.
     """
+    expect_queries_and_keys(q, k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return (q @ k.transpose(-2, -1)) * scale
 
 
-@checks.checked_by(checks.attend_args)
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -58,37 +82,75 @@ def attend(
     output ``(..., seq_q, d_v)``, weights ``(..., seq_q, seq_k)``; ``bias`` (float, broadcastable to
     ``(..., seq_q, seq_k)``) is added to the scaled scores before the mask and the softmax.
     """
+    expect_queries_and_keys(q, k)
+    expect_floating("v", v, min_ndim=2, shape="(..., seq_k, d_v)")
+    expect_dtype_of("v", v, "q", q)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    # PyTorch's fused kernels take no bias next to a boolean mask: with a bias the weights are explicit.
-    fused = not need_weights and dropout_p == 0.0 and bias is None
-    if is_causal and seq_q == 1 and mask is None:
-        # One query at the end of the sequence (decoding a token) sees every key: nothing to mask.
-        is_causal = False
-    if is_causal and (mask is not None or seq_q != seq_k or not fused):
-        # PyTorch's is_causal is only used alone and for square scores: it aligns the mask to
-        # the first key, while decoding with a cache needs it aligned to the last one.
-        causal = causal_mask.unchecked(seq_q, seq_k, device=q.device)
-        mask = causal if mask is None else combine_masks.unchecked(mask, causal)
-        is_causal = False
-    if fused:
-        return compat.fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
+    if v.shape[-2] != seq_k:
+        raise ValueError(
+            f"v must have one row per key: expected v.shape[-2] == seq_k == {seq_k}, "
+            f"got k shape {tuple(k.shape)} and v shape {tuple(v.shape)}"
+        )
+    if seq_q == 0 or seq_k == 0:
+        raise ValueError(
+            f"q and k must hold at least one position (seq >= 1), got q shape {tuple(q.shape)} "
+            f"and k shape {tuple(k.shape)}"
+        )
+    scores_shape = (*expect_batch_dims(q=q, k=k, v=v), seq_q, seq_k)
+    expect_number("dropout_p", dropout_p, 0.0, 1.0, open_high=True)
+    if mask is not None:
+        expect_mask("mask", mask, scores_shape, "(..., seq_q, seq_k)", device=q.device)
+    if bias is not None:
+        expect_broadcastable("bias", expect_floating("bias", bias), scores_shape, "(..., seq_q, seq_k)")
+    if is_causal and seq_q > seq_k:
+        raise ValueError(
+            f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
+        )
 
+    if not need_weights and dropout_p == 0.0 and bias is None:
+        return _fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
+    if is_causal:
+        mask = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device))
     if q.dtype in LOW_PRECISION_DTYPES:
         # q . k can exceed float16's largest value (65504) when the weighted sum cannot:
         # scores and softmax in float32, weights back in q's dtype.
-        scores = attention_scores.unchecked(q.float(), k.float(), scale)
+        scores = attention_scores(q.float(), k.float(), scale)
     else:
-        scores = attention_scores.unchecked(q, k, scale)
+        scores = attention_scores(q, k, scale)
     if bias is not None:
         # An additive position bias (ALiBi, notebook 09) shifts the scores before the softmax.
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax.unchecked(scores, dim=-1)
+    weights = softmax(scores, dim=-1)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     weights = weights.to(q.dtype)
     return weights @ v, (weights if need_weights else None)
+
+
+def _fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    is_causal: bool,
+    scale: float | None,
+) -> torch.Tensor:
+    """:func:`attend`'s output from PyTorch's fused kernels
+    (:func:`torch.nn.functional.scaled_dot_product_attention`), for a call without weights, dropout
+    or bias; its arguments are the ones :func:`attend` has checked, shapes as there.
+
+    PyTorch's ``is_causal`` aligns the causal mask to the *first* key; this package aligns it to the
+    last (a block of new queries after cached keys), so it is passed as a mask unless the scores are square.
+    """
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    if is_causal and seq_q > 1 and (mask is not None or seq_q != seq_k):
+        mask, is_causal = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device)), False
+    # One query at the end of the sequence (decoding a token) sees every key: nothing to mask.
+    is_causal = is_causal and seq_q > 1
+    return compat.sdpa_zeroing_fully_masked_rows(q, k, v, mask, is_causal=is_causal, scale=scale)
 
 
 def scaled_dot_product_attention(
@@ -100,7 +162,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
-    return_weights: bool = False,
+    need_weights: bool = False,
     bias: torch.Tensor | None = None,
 ) -> Output:
     """Attention of every query over the keys, with optional mask and dropout.
@@ -110,7 +172,7 @@ def scaled_dot_product_attention(
         mask: boolean, broadcastable to ``(..., seq_q, seq_k)``; ``True`` = may attend.
         bias: float, broadcastable to ``(..., seq_q, seq_k)``, added to the scaled scores before
             the mask and the softmax (ALiBi's distance penalty, notebook 09).
-        returns: output ``(..., seq_q, d_v)``, and with ``return_weights=True`` also the
+        returns: output ``(..., seq_q, d_v)``, and with ``need_weights=True`` also the
         attention weights ``(..., seq_q, seq_k)``. Without dropout each row sums to 1, or is
         all zeros when the mask leaves the query nothing to attend to; with ``dropout_p > 0``
         the returned weights are the dropped-out ones (zeros, the rest scaled by
@@ -135,6 +197,6 @@ def scaled_dot_product_attention(
     Arguments are checked by :func:`attend`.
     """
     output, weights = attend(
-        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=return_weights, bias=bias
+        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights, bias=bias
     )
     return output if weights is None else (output, weights)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import checks
+from .checks import expect_int, expect_number
 from .kv_cache import KVCache
 from .mha import MultiHeadSelfAttention
 
@@ -57,9 +57,10 @@ class TransformerBlock(nn.Module):
         rope_base: float = 10000.0,
         dropout: float = 0.0,
     ) -> None:
-        checks.transformer_block_args(d_model, num_heads, d_ff=d_ff, dropout=dropout)
+        expect_int("d_model", d_model)
+        d_ff = 4 * d_model if d_ff is None else expect_int("d_ff", d_ff)
+        expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
         super().__init__()
-        d_ff = 4 * d_model if d_ff is None else d_ff
         self.ln_1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadSelfAttention(
             d_model, num_heads, causal=causal, rope=rope, rope_base=rope_base, dropout=dropout
@@ -84,8 +85,8 @@ class RMSNorm(nn.Module):
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, *, device: str | torch.device | None = None) -> None:
-        checks.check_positive_int("d_model", d_model)
-        checks.check_positive_number("eps", eps, inclusive=True)
+        expect_int("d_model", d_model)
+        expect_number("eps", eps, 0.0)
         super().__init__()
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d_model, device=device))
@@ -107,8 +108,8 @@ class SwiGLU(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, *, device: str | torch.device | None = None) -> None:
-        checks.check_positive_int("d_model", d_model)
-        checks.check_positive_int("d_ff", d_ff)
+        expect_int("d_model", d_model)
+        expect_int("d_ff", d_ff)
         super().__init__()
         self.gate = nn.Linear(d_model, d_ff, bias=False, device=device)
         self.up = nn.Linear(d_model, d_ff, bias=False, device=device)

@@ -1,6 +1,7 @@
-"""Workarounds for older PyTorch releases, kept out of the reading path of the math.
+"""What PyTorch's releases do differently, made the same, out of the reading path of the math.
 
-Nothing here changes a result on a current PyTorch; each function says which releases need it.
+A foundation module, taught by no notebook. Nothing here changes a result on a current PyTorch;
+each function says which releases need it.
 """
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["fused_attention"]
+__all__ = ["sdpa_zeroing_fully_masked_rows"]
 
 
-def fused_attention(
+def sdpa_zeroing_fully_masked_rows(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -26,8 +27,9 @@ def fused_attention(
     Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``, ``v (..., seq_k, d_v)``, boolean ``mask``
     broadcastable to ``(..., seq_q, seq_k)`` (``True`` = may attend) -> ``(..., seq_q, d_v)``.
 
-    A query whose mask row is all False has nothing to attend to; this package promises zeros there.
-    PyTorch 2.2-2.4 return NaN for it, and NaN gradients that no ``masked_fill`` afterwards can repair,
+    A query whose mask row is all False has nothing to attend to; this package promises zeros there,
+    on every release and every backend (the masked call pays one ``mask.any`` for it). PyTorch 2.2-2.4
+    return NaN for it, and NaN gradients that no ``masked_fill`` afterwards can repair,
     so such a row attends everywhere (finite) and is zeroed after: the zeroed row also passes zero
     gradient back.
     """

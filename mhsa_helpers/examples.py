@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import check_positive_int
+from .checks import expect_int
 
 __all__ = [
     "SHE_LOVES_CATS_VOCAB",
@@ -128,7 +128,7 @@ def sentence_embeddings(
     sentences generally gets different vectors. Deterministic for a given ``sentence``
     and ``seed``. Returns ``(tokens, embeddings (seq, d_model))``.
     """
-    check_positive_int("d_model", d_model)
+    expect_int("d_model", d_model)
     tokens = tuple(sentence.split())
     if not tokens:
         raise ValueError(f"sentence must contain at least one word, got {sentence!r}")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
+from .checks import expect_divisible, expect_int, expect_tensor
 
 __all__ = ["merge_heads", "repeat_kv", "split_heads"]
 
 
-@checks.checked_by(checks.split_heads_args)
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``(..., seq, d_model)`` -> ``(..., heads, seq, d_head)``.
 
@@ -24,17 +23,17 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     ``(seq, d_head)`` matrix. A ``view`` straight to ``(heads, seq, d_head)``
     without the transpose would mix positions between heads.
     """
-    d_head = x.shape[-1] // num_heads
+    expect_tensor("x", x, min_ndim=2, shape="(..., seq, d_model)")
+    d_head = expect_divisible("d_model (x.shape[-1])", x.shape[-1], "num_heads", expect_int("num_heads", num_heads))
     return x.reshape(*x.shape[:-1], num_heads, d_head).transpose(-3, -2)
 
 
-@checks.checked_by(checks.merge_heads_args)
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(..., heads, seq, d_head)`` -> ``(..., seq, heads * d_head)``: concatenate the heads."""
+    expect_tensor("x", x, min_ndim=3, shape="(..., heads, seq, d_head)")
     return x.transpose(-3, -2).flatten(-2)
 
 
-@checks.checked_by(checks.repeat_kv_args)
 def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     """``(..., kv_heads, seq, d_head)`` -> ``(..., kv_heads * groups, seq, d_head)``: each key/value
     head repeated ``groups`` times in a row (0, 0, 1, 1, ... for ``groups = 2``), so that query head
@@ -44,4 +43,6 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     and pairs some query heads with the wrong key/value head — how many depends on the shape
     (6 of 8 for 8 query and 4 key/value heads, 28 of 32 for 32 and 8; notebook 08 counts them).
     """
+    expect_tensor("x", x, min_ndim=3, shape="(..., kv_heads, seq, d_head)")
+    groups = expect_int("groups", groups)
     return x if groups == 1 else x.repeat_interleave(groups, dim=-3)

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
+from .checks import expect_choice, expect_int, expect_tensor
 
-__all__ = ["KVCache", "SlidingWindowCache"]
+__all__ = ["CACHE_ROPE_POSITIONS", "KVCache", "SlidingWindowCache", "expect_cache"]
+
+#: Where a :class:`SlidingWindowCache` has RoPE put its keys: at their position in the stream,
+#: or at their slot in the cache (StreamingLLM).
+CACHE_ROPE_POSITIONS = ("original", "cache")
 
 
 class KVCache:
@@ -43,8 +47,7 @@ class KVCache:
     rope_positions: str = "original"
 
     def __init__(self, capacity: int | None = None) -> None:
-        checks.kv_cache_init_args(capacity)
-        self.capacity = capacity
+        self.capacity = None if capacity is None else expect_int("capacity", capacity)
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
         self._length = 0
@@ -74,12 +77,20 @@ class KVCache:
     def extended(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What :meth:`append` would hold after adding ``keys`` and ``values``; the cache's
         :attr:`length`, :attr:`keys` and :attr:`values` are unchanged until :meth:`commit`."""
-        checks.kv_cache_args(self, keys, values)
-        return self.extended_unchecked(keys, values)
-
-    def extended_unchecked(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`extended` without its argument checks, for a caller that has made them
-        (``MultiHeadSelfAttention.forward``)."""
+        expect_tensor("keys", keys, min_ndim=2, shape="(..., new, d_head)")
+        expect_tensor("values", values, min_ndim=2, shape="(..., new, d_v)")
+        if values.shape[:-1] != keys.shape[:-1]:
+            raise ValueError(
+                f"values must have one row per key, with the same leading dimensions: expected "
+                f"values.shape[:-1] == keys.shape[:-1] = {tuple(keys.shape[:-1])}, got values of shape "
+                f"{tuple(values.shape)}"
+            )
+        if values.dtype != keys.dtype:
+            raise TypeError(f"values must have the dtype of keys ({keys.dtype}), got {values.dtype}")
+        if values.device != keys.device:
+            raise ValueError(f"values must be on the device of keys ({keys.device}), got device {values.device}")
+        self.expect_room(keys.shape[-2])
+        self.expect_like_held(keys, values)
         if self.capacity is None:
             if self._keys is None or self._values is None:
                 return keys, values
@@ -93,6 +104,42 @@ class KVCache:
         self._keys[..., self._length : end, :] = keys
         self._values[..., self._length : end, :] = values
         return self._keys[..., :end, :], self._values[..., :end, :]
+
+    def expect_room(self, new: int) -> None:
+        """A preallocated cache has room for ``new`` more tokens; checked before anything is written."""
+        if self.capacity is not None and self.length + new > self.capacity:
+            raise ValueError(
+                f"capacity={self.capacity} is too small: the cache holds {self.length} tokens and cannot take "
+                f"{new} more; make a KVCache with a larger capacity (the cache is unchanged)"
+            )
+
+    def expect_like_held(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """New keys and values continue the held ones: the same leading dimensions, sizes, dtype and device."""
+        held, held_values = self.keys, self.values
+        if held is None or held_values is None:
+            return
+        if keys.shape[:-2] != held.shape[:-2] or keys.shape[-1] != held.shape[-1]:
+            raise ValueError(
+                f"keys must match the cached keys except along the sequence axis: keys of shape "
+                f"{tuple(keys.shape)} have leading dimensions {tuple(keys.shape[:-2])} and d_head {keys.shape[-1]}, "
+                f"but the cache holds leading dimensions {tuple(held.shape[:-2])} and d_head {held.shape[-1]}; "
+                f"a cache follows one batch of sequences, so use a new KVCache (or reset()) for another"
+            )
+        if values.shape[-1] != held_values.shape[-1]:
+            raise ValueError(
+                f"values must match the cached values' last dimension d_v = {held_values.shape[-1]}, "
+                f"got values of shape {tuple(values.shape)}"
+            )
+        if keys.dtype != held.dtype:
+            raise TypeError(
+                f"keys have dtype {keys.dtype} but the cache holds {held.dtype}; convert them with "
+                f".to({held.dtype}) or start a new KVCache"
+            )
+        if keys.device != held.device:
+            raise ValueError(
+                f"keys are on device {keys.device} but the cache is on {held.device}; move them with "
+                f".to({str(held.device)!r}) or start a new KVCache"
+            )
 
     def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Keep ``keys`` and ``values``, the result of :meth:`extended`, as the cache's content."""
@@ -141,10 +188,12 @@ class SlidingWindowCache(KVCache):
     """
 
     def __init__(self, window: int, sinks: int = 0, *, rope_positions: str = "original") -> None:
-        checks.sliding_window_cache_args(window, sinks, rope_positions)
         super().__init__()
-        self.window, self.sinks = window, sinks
-        self.rope_positions = rope_positions
+        self.window = expect_int(
+            "window", window, 1, why=" (each new token sees itself and the window - 1 tokens before it)"
+        )
+        self.sinks = expect_int("sinks", sinks, 0, why=" (the first tokens that are never evicted)")
+        self.rope_positions = expect_choice("rope_positions", rope_positions, CACHE_ROPE_POSITIONS)
         self.positions = torch.zeros(0, dtype=torch.long)
 
     def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -157,12 +206,16 @@ class SlidingWindowCache(KVCache):
         self._keys, self._values = keys.index_select(-2, index), values.index_select(-2, index)
         self.positions = positions[keep]
 
-    def mask_for(self, new: int) -> torch.Tensor:
+    def mask_for(self, new: int, *, device: str | torch.device | None = None) -> torch.Tensor:
         """The boolean mask ``(new, kept + new)`` of a step that feeds ``new`` tokens: each sees the
-        kept keys and new keys within its window (or among the sinks), none after it."""
-        checks.cache_mask_args(self, new)
-        key_positions = torch.cat((self.positions, torch.arange(self._length, self._length + new)))
-        query_positions = torch.arange(self._length, self._length + new)[:, None]
+        kept keys and new keys within its window (or among the sinks), none after it. It is made on
+        ``device``, by default where the cache's keys are (the CPU before the first step)."""
+        expect_int("new", new)
+        if device is None:
+            device = "cpu" if self._keys is None else self._keys.device
+        positions = self.positions.to(device)
+        key_positions = torch.cat((positions, torch.arange(self._length, self._length + new, device=device)))
+        query_positions = torch.arange(self._length, self._length + new, device=device)[:, None]
         behind = query_positions - key_positions[None, :]
         return (behind >= 0) & ((behind < self.window) | (key_positions[None, :] < self.sinks))
 
@@ -176,3 +229,36 @@ class SlidingWindowCache(KVCache):
             f"{type(self).__name__}(window={self.window}, sinks={self.sinks}, "
             f"rope_positions={self.rope_positions!r}, length={self.length}, keys shape={shape})"
         )
+
+
+def expect_cache(cache: object, x: torch.Tensor, num_heads: int, d_head: int) -> KVCache:
+    """A cache that a layer of ``num_heads`` key/value heads of size ``d_head`` can extend with ``x``'s tokens."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+    cache.expect_room(x.shape[-2])
+    if cache.keys is None or cache.values is None:
+        return cache
+    if cache.keys.shape[:-3] != x.shape[:-2]:
+        raise ValueError(
+            f"x has batch shape {tuple(x.shape[:-2])} but the cache holds batch shape "
+            f"{tuple(cache.keys.shape[:-3])}; a KVCache follows one batch of sequences: use a new one "
+            f"(or cache.reset()) for another"
+        )
+    for name, held in (("keys", cache.keys), ("values", cache.values)):
+        if held.ndim != x.ndim + 1 or held.shape[-3] != num_heads or held.shape[-1] != d_head:
+            raise ValueError(
+                f"cache must hold {name} of {num_heads} heads of size d_head={d_head}, shaped "
+                f"(..., heads, length, d_head), got cached {name} of shape {tuple(held.shape)}; "
+                f"use a new KVCache for another module"
+            )
+        if held.dtype != x.dtype:
+            raise TypeError(
+                f"cache must hold the dtype of x ({x.dtype}), got cached {name} of dtype {held.dtype}; "
+                f"start a new KVCache"
+            )
+        if held.device != x.device:
+            raise ValueError(
+                f"cache must be on the device of x ({x.device}), got cached {name} on device {held.device}; "
+                f"start a new KVCache"
+            )
+    return cache

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from .checks import check_choice, check_divisible, check_positive_int
+from .checks import expect_choice, expect_divisible, expect_int
 
 __all__ = [
     "BYTES_PER_ELEMENT",
@@ -58,13 +58,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
-            check_positive_int(field, getattr(self, field))
+            expect_int(field, getattr(self, field))
         if self.num_kv_heads > self.num_heads:
             raise ValueError(
                 f"num_kv_heads must be <= num_heads (several query heads share one key/value head), "
                 f"got num_kv_heads={self.num_kv_heads}, num_heads={self.num_heads}"
             )
-        check_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)
+        expect_divisible("num_heads", self.num_heads, "num_kv_heads", self.num_kv_heads)
 
     @property
     def attention(self) -> str:
@@ -141,7 +141,7 @@ def bytes_per_element(dtype: str | torch.dtype) -> int:
     or the size of a ``torch.dtype``."""
     if isinstance(dtype, torch.dtype):
         return torch.empty((), dtype=dtype).element_size()
-    check_choice("dtype", dtype, tuple(BYTES_PER_ELEMENT))
+    expect_choice("dtype", dtype, tuple(BYTES_PER_ELEMENT))
     return BYTES_PER_ELEMENT[dtype]
 
 
@@ -159,19 +159,19 @@ def kv_cache_bytes(
     The 2 counts the keys *and* the values; each layer caches
     ``(batch, num_kv_heads, tokens, head_dim)`` of each. ``tokens = 0`` (an empty cache) gives 0.
     """
-    check_positive_int("num_layers", num_layers)
-    check_positive_int("num_kv_heads", num_kv_heads)
-    check_positive_int("head_dim", head_dim)
-    check_positive_int("tokens", tokens, allow_zero=True)
-    check_positive_int("batch", batch)
-    check_positive_int("bytes_per_element", bytes_per_element)
+    expect_int("num_layers", num_layers)
+    expect_int("num_kv_heads", num_kv_heads)
+    expect_int("head_dim", head_dim)
+    expect_int("tokens", tokens, 0)
+    expect_int("batch", batch)
+    expect_int("bytes_per_element", bytes_per_element)
     return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * bytes_per_element
 
 
 def _config(config: ModelConfig | str) -> ModelConfig:
     if isinstance(config, ModelConfig):
         return config
-    check_choice("config", config, tuple(PRESETS))
+    expect_choice("config", config, tuple(PRESETS))
     return PRESETS[config]
 
 
@@ -213,10 +213,10 @@ def kv_cache_variants(
     ``[CacheVariant("MHA", ...), CacheVariant("GQA", ...), CacheVariant("MQA", ...)]``.
     """
     model = _config(config)
-    groups = model.num_kv_heads if gqa_kv_heads is None else check_positive_int("gqa_kv_heads", gqa_kv_heads)
+    groups = model.num_kv_heads if gqa_kv_heads is None else expect_int("gqa_kv_heads", gqa_kv_heads)
     if groups > model.num_heads:
         raise ValueError(f"gqa_kv_heads must be <= num_heads={model.num_heads}, got {groups}")
-    check_divisible("num_heads", model.num_heads, "gqa_kv_heads", groups)
+    expect_divisible("num_heads", model.num_heads, "gqa_kv_heads", groups)
     size = bytes_per_element(dtype)
     return [
         CacheVariant(

@@ -22,11 +22,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import checks
 from .attention import Output, attend
+from .checks import (
+    expect_broadcastable,
+    expect_choice,
+    expect_divisible,
+    expect_floating,
+    expect_int,
+    expect_integer_tensor,
+    expect_mask,
+    expect_matrix,
+    expect_number,
+    expect_shape,
+    expect_tensor,
+)
 from .heads import merge_heads, repeat_kv, split_heads
-from .kv_cache import KVCache
-from .rope import RotaryEmbedding, apply_rotary, rope_angles
+from .kv_cache import KVCache, expect_cache
+from .rope import (
+    ROPE_CONVENTIONS,
+    RotaryEmbedding,
+    apply_rotary,
+    expect_even_d_head,
+    expect_positions_below,
+    expect_rope_base,
+    rope_angles,
+)
 
 __all__ = ["MultiHeadSelfAttention", "multi_head_self_attention"]
 
@@ -91,26 +111,18 @@ class MultiHeadSelfAttention(nn.Module):
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        checks.mhsa_init_args(
-            d_model,
-            num_heads,
-            num_kv_heads=num_kv_heads,
-            d_in=d_in,
-            d_out=d_out,
-            dropout=dropout,
-            rope=rope,
-            rope_convention=rope_convention,
-        )
         super().__init__()
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        self.d_head = d_model // num_heads
+        self.d_model, self.num_heads = expect_int("d_model", d_model), expect_int("num_heads", num_heads)
+        self.d_head = expect_divisible("d_model", d_model, "num_heads", num_heads)
+        self.num_kv_heads = expect_kv_heads(num_heads, num_kv_heads)
         self.kv_dim = self.num_kv_heads * self.d_head
-        self.d_in = d_model if d_in is None else d_in
-        self.d_out = d_model if d_out is None else d_out
+        self.d_in = d_model if d_in is None else expect_int("d_in", d_in)
+        self.d_out = d_model if d_out is None else expect_int("d_out", d_out)
         self.causal = bool(causal)
-        self.dropout = float(dropout)
+        self.dropout = expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
+        expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
+        if rope:
+            expect_rope_d_head(d_model, num_heads)
         self.qkv_proj = nn.Linear(self.d_in, d_model + 2 * self.kv_dim, bias=qkv_bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(d_model, self.d_out, bias=out_bias, device=device, dtype=dtype)
         self.rope: RotaryEmbedding | None = (
@@ -154,45 +166,44 @@ class MultiHeadSelfAttention(nn.Module):
         cache: KVCache | None = None,
     ) -> Output:
         """Notebook 06's recipe; arguments and shapes as in the class docstring."""
-        checks.mhsa_forward_args(self, x, mask, token_positions, cache)
-        past = 0 if cache is None else cache.length
-
+        expect_input(x, self.d_in, self.qkv_proj.weight.dtype)
+        cache = None if cache is None else expect_cache(cache, x, self.num_kv_heads, self.d_head)
+        in_cache = cache is not None and cache.rope_positions == "cache"
+        expect_token_positions(token_positions, x, rope_on=self.rope is not None, in_cache=in_cache)
+        past, seq = (0 if cache is None else cache.length), x.shape[-2]  # the mask is checked by attend
         # Project: one matrix multiply for the three projections.      (batch, seq, d_model | kv_dim)
         q, k, v = self.qkv_proj(x).split((self.d_model, self.kv_dim, self.kv_dim), dim=-1)
         # Split into heads.                                  (batch, heads | kv_heads, seq, d_head)
-        q = split_heads.unchecked(q, self.num_heads)
-        k, v = split_heads.unchecked(k, self.num_kv_heads), split_heads.unchecked(v, self.num_kv_heads)
-        # Rotate queries and keys (never values) by their positions.
-        in_cache = cache is not None and cache.rope_positions == "cache"
-        if self.rope is not None and not in_cache:
+        q, k, v = split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
+        if self.rope is not None and not in_cache:  # rotate queries and keys (never values) by their positions
             if token_positions is None:  # the new tokens come after the cached ones
-                token_positions = torch.arange(past, past + x.shape[-2], device=x.device)
+                token_positions = torch.arange(past, past + seq, device=x.device)
             elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
                 token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
-            q, k = self.rope.rotate_unchecked(q, token_positions), self.rope.rotate_unchecked(k, token_positions)
+            cos, sin = self.rope.angles_for(token_positions)
+            q, k = apply_rotary(q, cos, sin, self.rope.convention), apply_rotary(k, cos, sin, self.rope.convention)
         # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
         if cache is not None:
-            k, v = cache.extended_unchecked(k, v)
+            k, v = cache.extended(k, v)
         k_rotated = k
         if self.rope is not None and in_cache:  # StreamingLLM: keys held before RoPE, rotated by their slots
-            slots = torch.arange(k.shape[-2], device=x.device)
-            q, k_rotated = self.rope.rotate_unchecked(q, slots[-x.shape[-2] :]), self.rope.rotate_unchecked(k, slots)
+            cos, sin = self.rope.angles_for(torch.arange(k.shape[-2], device=x.device))
+            q = apply_rotary(q, cos[-seq:], sin[-seq:], self.rope.convention)
+            k_rotated = apply_rotary(k, cos, sin, self.rope.convention)
         # Attend, every head on its own; a key/value head serves `groups` query heads.
-        groups = self.num_heads // self.num_kv_heads
-        k_heads, v_heads = repeat_kv.unchecked(k_rotated, groups), repeat_kv.unchecked(v, groups)
-        dropout_p = self.dropout if self.training else 0.0
-        heads, weights = attend.unchecked(  #                          (batch, heads, seq, d_head)
+        groups, dropout_p = self.num_heads // self.num_kv_heads, (self.dropout if self.training else 0.0)
+        k_heads, v_heads = repeat_kv(k_rotated, groups), repeat_kv(v, groups)
+        heads, weights = attend(  #                                      (batch, heads, seq, d_head)
             q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights
         )
         if cache is not None:
             # Kept only once attention has succeeded: a failed call leaves the cache as it was.
             cache.commit(k, v)
         # Merge the heads and project.                                  (batch, seq, d_out)
-        out = self.out_proj(merge_heads.unchecked(heads))
+        out = self.out_proj(merge_heads(heads))
         return out if weights is None else (out, weights)
 
 
-@checks.checked_by(checks.mhsa_functional_args)
 def multi_head_self_attention(
     x: torch.Tensor,
     q_weight: torch.Tensor,
@@ -224,29 +235,121 @@ def multi_head_self_attention(
     which must be below ``max_seq_len`` when it is given.
     Returns ``(..., seq, d_out)``, or ``(output, weights (..., heads, seq, seq))``.
     """
+    expect_input(x)
+    kv_heads = expect_kv_heads(expect_int("num_heads", num_heads), num_kv_heads)
+    names = ("q_weight", "k_weight", "v_weight", "o_weight")
+    for name, weight in zip(names, (q_weight, k_weight, v_weight, o_weight), strict=True):
+        if expect_matrix(name, weight, "(d_out, d_in) matrix").dtype != x.dtype:
+            raise TypeError(f"{name} must have the dtype of x ({x.dtype}), got {weight.dtype}")
+    d_model, d_in = q_weight.shape[0], x.shape[-1]
+    if q_weight.shape != (d_model, d_in):
+        raise ValueError(
+            f"q_weight must have shape (d_model, d_in) with d_in = x.shape[-1] = {d_in}, "
+            f"got shape {tuple(q_weight.shape)}"
+        )
+    kv_rows = kv_heads * expect_divisible("d_model", d_model, "num_heads", num_heads)
+    for name, weight in (("k_weight", k_weight), ("v_weight", v_weight)):
+        if weight.shape != (kv_rows, d_in):
+            raise ValueError(
+                f"{name} must have shape (num_kv_heads * d_head, d_in) = ({kv_rows}, {d_in}) to match "
+                f"q_weight, x and num_kv_heads={kv_heads}, got shape {tuple(weight.shape)}"
+            )
+    if o_weight.shape[1] != d_model:
+        raise ValueError(f"o_weight must have shape (d_out, d_model={d_model}), got shape {tuple(o_weight.shape)}")
+    sizes = {"q_bias": d_model, "k_bias": kv_rows, "v_bias": kv_rows, "o_bias": o_weight.shape[0]}
+    for (name, size), bias in zip(sizes.items(), (q_bias, k_bias, v_bias, o_bias), strict=True):
+        if bias is not None:
+            expect_shape(name, bias, (size,), dtype=x.dtype)
+    if rope_base is not None:
+        expect_rope_d_head(d_model, num_heads)
+        expect_rope_base(rope_base)
+        expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
+    expect_token_positions(token_positions, x, rope_on=rope_base is not None)
+    if rope_base is not None and max_seq_len is not None:
+        expect_positions_below(
+            torch.arange(0) if token_positions is None else token_positions,
+            expect_int("max_seq_len", max_seq_len),
+            0,
+            x.shape[-2] - 1,
+        )
+    if mask is not None:
+        expect_mask(
+            "mask", mask, (*x.shape[:-2], num_heads, x.shape[-2], x.shape[-2]), "(..., heads, seq, seq_k)", x.device
+        )
+
     # Project.                                                          (batch, seq, d_model) each
     q, k, v = F.linear(x, q_weight, q_bias), F.linear(x, k_weight, k_bias), F.linear(x, v_weight, v_bias)
     # Split into heads.                                       (batch, heads | kv_heads, seq, d_head)
-    kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    q, k, v = (
-        split_heads.unchecked(q, num_heads),
-        split_heads.unchecked(k, kv_heads),
-        split_heads.unchecked(v, kv_heads),
-    )
+    q, k, v = split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
     # Rotate queries and keys (never values) by their positions.
     if rope_base is not None:
         if token_positions is None:
             token_positions = torch.arange(x.shape[-2], device=x.device)
         elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
             token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
-        cos, sin = rope_angles.unchecked(token_positions.to(x.device), q.shape[-1], rope_base)
-        q, k = (
-            apply_rotary.unchecked(q, cos, sin, rope_convention),
-            apply_rotary.unchecked(k, cos, sin, rope_convention),
-        )
+        cos, sin = rope_angles(token_positions.to(x.device), q.shape[-1], rope_base)
+        q, k = apply_rotary(q, cos, sin, rope_convention), apply_rotary(k, cos, sin, rope_convention)
     # Attend, every head on its own; a key/value head serves num_heads // kv_heads query heads.
-    k, v = repeat_kv.unchecked(k, num_heads // kv_heads), repeat_kv.unchecked(v, num_heads // kv_heads)
-    heads, weights = attend.unchecked(q, k, v, mask, is_causal=causal, need_weights=need_weights)
+    k, v = repeat_kv(k, num_heads // kv_heads), repeat_kv(v, num_heads // kv_heads)
+    heads, weights = attend(q, k, v, mask, is_causal=causal, need_weights=need_weights)
     # Merge the heads and project.                                      (batch, seq, d_out)
-    out = F.linear(merge_heads.unchecked(heads), o_weight, o_bias)
+    out = F.linear(merge_heads(heads), o_weight, o_bias)
     return out if weights is None else (out, weights)
+
+
+def expect_input(x: object, d_in: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x (..., seq, d_in)``: floating point, at least one position, ``d_in`` features and the
+    module's ``dtype`` when given."""
+    x = expect_floating("x", x, min_ndim=2, shape="(..., seq, d_in)")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"x must have the module's dtype {dtype}, got {x.dtype}; use x.to({dtype}) or module.to({x.dtype})"
+        )
+    if d_in is not None and x.shape[-1] != d_in:
+        raise ValueError(f"x must have last dimension d_in={d_in}, got shape {tuple(x.shape)}")
+    if x.shape[-2] == 0:
+        raise ValueError(f"x must hold at least one position (seq >= 1), got shape {tuple(x.shape)}")
+    return x
+
+
+def expect_kv_heads(num_heads: int, num_kv_heads: object) -> int:
+    """``num_kv_heads`` (default ``num_heads``) divides ``num_heads``."""
+    if num_kv_heads is None:
+        return num_heads
+    kv_heads = expect_int("num_kv_heads", num_kv_heads)
+    expect_divisible("num_heads", num_heads, "num_kv_heads", kv_heads)
+    return kv_heads
+
+
+def expect_rope_d_head(d_model: int, num_heads: int) -> None:
+    """RotaryEmbedding would only report d_head; the learner chose d_model and num_heads."""
+    d_head = d_model // num_heads
+    expect_even_d_head(
+        d_head, "d_head = d_model // num_heads", f"d_head={d_head} from d_model={d_model}, num_heads={num_heads}"
+    )
+
+
+def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on: bool, in_cache: bool = False) -> None:
+    """RoPE positions for ``x (..., seq, d_in)``, if any: integers broadcastable to ``x.shape[:-1]``,
+    given only when RoPE is on and rotates by positions in the stream."""
+    if token_positions is None:
+        return
+    token_positions = expect_tensor("token_positions", token_positions)
+    if not rope_on:
+        raise ValueError(
+            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
+            f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
+        )
+    if in_cache:
+        raise ValueError(
+            "token_positions must be None with a SlidingWindowCache(rope_positions='cache'): it gives "
+            f"each key and query its slot in the cache; got token_positions of shape "
+            f"{tuple(token_positions.shape)}; use rope_positions='original' to rotate by positions you choose"
+        )
+    seq = x.shape[-2]
+    if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
+        raise ValueError(
+            f"token_positions must have shape (..., seq) with seq={seq}, got shape {tuple(token_positions.shape)}"
+        )
+    expect_broadcastable("token_positions", token_positions, x.shape[:-1], "x.shape[:-1]")
+    expect_integer_tensor("token_positions", token_positions)

@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
+from .checks import expect_int, expect_number
 from .rope import rope_frequencies
 
 __all__ = ["sinusoidal_positions"]
 
 
-@checks.checked_by(checks.sinusoidal_positions_args)
 def sinusoidal_positions(seq_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """The original Transformer's position table, shape ``(seq_len, d_model)``, float32: row ``pos``
     holds ``sin(pos·ω_i)`` in feature ``2i`` and ``cos(pos·ω_i)`` in feature ``2i + 1``, with
     ``ω_i = base^(-2i/d_model)`` — the frequencies RoPE uses too. Computed in float64."""
+    expect_int("seq_len", seq_len)
+    if expect_int("d_model", d_model) % 2:
+        raise ValueError(f"d_model must be even (positions fill sine/cosine pairs of features), got d_model={d_model}")
+    expect_number("base", base, 1.0, open_low=True, why=" (10000 in the original Transformer)")
     positions = torch.arange(seq_len, dtype=torch.float64)[:, None]
     # The frequencies are exactly RoPE's theta_i for a head of width d_model.
-    omegas = rope_frequencies.unchecked(d_model, float(base), dtype=torch.float64)
+    omegas = rope_frequencies(d_model, float(base), dtype=torch.float64)
     angles = positions * omegas  # (seq_len, d_model / 2)
     table = torch.empty(seq_len, d_model, dtype=torch.float64)
     table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()

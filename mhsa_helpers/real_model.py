@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import checks
 from .block import LlamaBlock, RMSNorm
+from .checks import expect_choice, expect_int, expect_integer_tensor
 from .kv_cache import KVCache
-from .rope import RotaryEmbedding
+from .rope import ROPE_CONVENTIONS, RotaryEmbedding
 from .weight_layouts import permute_rope_weight
 
 __all__ = [
@@ -160,9 +160,7 @@ class CausalLM(nn.Module):
 
     def check_call(self, input_ids: object, cache: Sequence[KVCache] | None) -> None:
         """The checks of :meth:`forward` (also run by :func:`generate` before it starts)."""
-        ids = checks.check_tensor("input_ids", input_ids)
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise TypeError(f"input_ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
+        ids = expect_integer_tensor("input_ids", input_ids, " of token ids (torch.long)")
         if ids.ndim != 2 or ids.shape[-1] == 0:
             raise ValueError(f"input_ids must be (batch, seq) with seq >= 1, got shape {tuple(ids.shape)}")
         low, high = int(ids.min()), int(ids.max())
@@ -317,7 +315,7 @@ def load_smollm2(
     ``"interleaved"`` uses ``W_Q``/``W_K`` as the file stores them; ``"half_split"`` permutes their
     rows for half-split pairs first (notebook 05). The same logits either way.
     """
-    checks.check_choice("rope_convention", rope_convention, checks.ROPE_CONVENTIONS)
+    expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
     config, tensors, metadata = read_gguf(gguf_path() if path is None else path)
     # Shapes only, no memory and no random initialisation: every parameter is assigned below.
     model = CausalLM(config, rope_convention=rope_convention, device="meta")
@@ -365,7 +363,7 @@ def generate(
     Stops early once every row has produced ``eos_token_id``. ``on_token(ids)`` is called with each
     new ``(batch, 1)`` token (to print text as it comes).
     """
-    checks.check_int("max_new_tokens", max_new_tokens, 0)
+    expect_int("max_new_tokens", max_new_tokens, 0)
     model.check_call(input_ids, None)
     if max_new_tokens == 0:
         return input_ids

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import checks
+from .checks import expect_floating
 
 __all__ = ["LOW_PRECISION_DTYPES", "softmax"]
 
@@ -15,7 +15,6 @@ __all__ = ["LOW_PRECISION_DTYPES", "softmax"]
 LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
 
 
-@checks.checked_by(checks.softmax_args)
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Numerically stable softmax along ``dim``.
 
@@ -29,6 +28,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shapes: ``x`` any shape; the result has the same shape and dtype.
     """
+    expect_floating("x", x)
     out_dtype = x.dtype
     if out_dtype in LOW_PRECISION_DTYPES:
         x = x.float()

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import check_floating, check_ndim, check_positive_int, check_same_dtype
+from .checks import broadcast_shape, expect_bool, expect_dtype_of, expect_floating, expect_int, expect_number
 
 __all__ = [
     "OnlineSoftmaxState",
@@ -98,8 +98,8 @@ def initial_online_softmax_state(
     ``(*batch_shape, seq_q, d_v)``. The maximum must start at ``-inf``, not 0: starting at 0
     claims a score of 0 was seen, and rows whose scores are all far below 0 underflow to 0.
     """
-    check_positive_int("seq_q", seq_q)
-    check_positive_int("d_v", d_v)
+    expect_int("seq_q", seq_q)
+    expect_int("d_v", d_v)
     shape = (*batch_shape, seq_q, 1)
     return OnlineSoftmaxState(
         running_max=torch.full(shape, float("-inf"), dtype=dtype, device=device),
@@ -127,10 +127,8 @@ def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, value
     """
     if not isinstance(state, OnlineSoftmaxState):
         raise TypeError(f"state must be an OnlineSoftmaxState, got {type(state).__name__}")
-    check_floating("scores", scores)
-    check_floating("values", values)
-    check_ndim("scores", scores, 2, "(..., seq_q, tile)")
-    check_ndim("values", values, 2, "(..., tile, d_v)")
+    expect_floating("scores", scores, min_ndim=2, shape="(..., seq_q, tile)")
+    expect_floating("values", values, min_ndim=2, shape="(..., tile, d_v)")
     if scores.shape[-1] != values.shape[-2]:
         raise ValueError(
             f"values must have one row per score column (key): expected values.shape[-2] == {scores.shape[-1]}, "
@@ -157,10 +155,6 @@ def online_softmax_finish(state: OnlineSoftmaxState) -> torch.Tensor:
     return state.output / safe
 
 
-def _check_tile_size(tile_size: object) -> int:
-    return check_positive_int("tile_size", tile_size)
-
-
 def _tiles(length: int, tile_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + tile_size, length)) for start in range(0, length, tile_size)]
 
@@ -181,9 +175,8 @@ def online_softmax(scores: torch.Tensor, tile_size: int) -> torch.Tensor:
     vectors *is* the row of weights, so the same :func:`online_softmax_update` that
     computes attention computes the softmax itself (at ``O(n²)`` cost per row, fine for teaching).
     """
-    check_floating("scores", scores)
-    check_ndim("scores", scores, 1, "(..., n)")
-    tile_size = _check_tile_size(tile_size)
+    expect_floating("scores", scores, min_ndim=1, shape="(..., n)")
+    tile_size = expect_int("tile_size", tile_size)
     n = scores.shape[-1]
     if n == 0:
         raise ValueError(f"scores must have at least one entry in its last dimension, got shape {tuple(scores.shape)}")
@@ -204,9 +197,8 @@ def online_softmax_trace(scores: torch.Tensor, tile_size: int) -> SoftmaxTrace:
     float32 (float64 for float64 scores). The last normaliser is ``Σ exp(score - max)`` of
     the whole row.
     """
-    check_floating("scores", scores)
-    check_ndim("scores", scores, 1, "(..., n)")
-    tile_size = _check_tile_size(tile_size)
+    expect_floating("scores", scores, min_ndim=1, shape="(..., n)")
+    tile_size = expect_int("tile_size", tile_size)
     n = scores.shape[-1]
     if n == 0:
         raise ValueError(f"scores must have at least one entry in its last dimension, got shape {tuple(scores.shape)}")
@@ -244,9 +236,9 @@ def tile_kinds(seq_q: int, seq_k: int, *, tile_size: int, causal: bool = False) 
     (every key after every query: never computed). Without ``causal`` every block is
     ``"computed"``. Causal queries are the *last* ``seq_q`` of ``seq_k`` positions.
     """
-    check_positive_int("seq_q", seq_q)
-    check_positive_int("seq_k", seq_k)
-    tile_size = _check_tile_size(tile_size)
+    expect_int("seq_q", seq_q)
+    expect_int("seq_k", seq_k)
+    tile_size = expect_int("tile_size", tile_size)
     _check_causal(causal, seq_q, seq_k)
     offset = seq_k - seq_q
     return [
@@ -256,9 +248,7 @@ def tile_kinds(seq_q: int, seq_k: int, *, tile_size: int, causal: bool = False) 
 
 
 def _check_causal(causal: object, seq_q: int, seq_k: int) -> None:
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
-    if causal and seq_q > seq_k:
+    if expect_bool("causal", causal) and seq_q > seq_k:
         raise ValueError(
             f"causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
         )
@@ -266,10 +256,9 @@ def _check_causal(causal: object, seq_q: int, seq_k: int) -> None:
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
     for name, tensor, hint in (("q", q, "(..., seq_q, d)"), ("k", k, "(..., seq_k, d)"), ("v", v, "(..., seq_k, d_v)")):
-        check_floating(name, tensor)
-        check_ndim(name, tensor, 2, hint)
-    check_same_dtype("k", k, "q", q)
-    check_same_dtype("v", v, "q", q)
+        expect_floating(name, tensor, min_ndim=2, shape=hint)
+    expect_dtype_of("k", k, "q", q)
+    expect_dtype_of("v", v, "q", q)
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(
             f"k must have the same last dimension d as q: expected k.shape[-1] == {q.shape[-1]}, "
@@ -285,35 +274,13 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[in
             f"q and k must hold at least one position and one feature, got q shape {tuple(q.shape)} "
             f"and k shape {tuple(k.shape)}"
         )
-    batch_shape = _broadcast(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch_shape = broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if batch_shape is None:
         raise ValueError(
             f"q, k and v must have broadcastable batch dimensions, got q shape {tuple(q.shape)}, "
             f"k shape {tuple(k.shape)} and v shape {tuple(v.shape)}"
         )
     return batch_shape
-
-
-def _broadcast(*shapes: torch.Size) -> tuple[int, ...] | None:
-    """NumPy's broadcasting rule (as torch.broadcast_shapes, whose stub is untyped); None if they clash."""
-    result: list[int] = []
-    ndim = max(len(shape) for shape in shapes)
-    for axis in range(-ndim, 0):
-        sizes = {shape[axis] for shape in shapes if len(shape) >= -axis} - {1}
-        if len(sizes) > 1:
-            return None
-        result.append(sizes.pop() if sizes else 1)
-    return tuple(result)
-
-
-def _check_scale(scale: object) -> float | None:
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None (1/sqrt(d)), got {type(scale).__name__} {scale!r}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
 
 
 def tiled_attention(
@@ -344,17 +311,16 @@ def tiled_attention(
     (:func:`tile_kinds` shows which).
     """
     batch_shape = _check_inputs(q, k, v)
-    tile_size = _check_tile_size(tile_size)
+    tile_size = expect_int("tile_size", tile_size)
     seq_q, seq_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     _check_causal(causal, seq_q, seq_k)
-    checked_scale = _check_scale(scale)
-    scale_value = 1.0 / math.sqrt(q.shape[-1]) if checked_scale is None else checked_scale
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else expect_number("scale", scale, why=" or None (1/sqrt(d))")
     dtype = _accumulation_dtype(q.dtype)
     offset = seq_k - seq_q
 
     output = torch.empty((*batch_shape, seq_q, d_v), dtype=q.dtype, device=q.device)
     for q_start, q_stop in _tiles(seq_q, tile_size):
-        q_tile = q[..., q_start:q_stop, :].to(dtype) * scale_value
+        q_tile = q[..., q_start:q_stop, :].to(dtype) * scale
         state = initial_online_softmax_state(batch_shape, q_stop - q_start, d_v, dtype=dtype, device=q.device)
         for k_start, k_stop in _tiles(seq_k, tile_size):
             kind = _block_kind(q_start, q_stop, k_start, k_stop, offset, causal)

@@ -61,10 +61,10 @@ def _reference_weights(q, k, mask=None, scale=None):
 
 
 @given(attention_inputs(), st.booleans())
-def test_equals_torch_sdpa(inputs, return_weights):
+def test_equals_torch_sdpa(inputs, need_weights):
     q, k, v, mask = inputs
-    result = scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
-    out = result[0] if return_weights else result
+    result = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    out = result[0] if need_weights else result
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     if mask is not None:
         # PyTorch's answer for a query that sees no key differs across versions (NaN or 0);
@@ -78,14 +78,14 @@ def test_equals_torch_sdpa(inputs, return_weights):
 
 
 @given(attention_inputs(allow_mask=False), st.booleans())
-def test_is_causal_equals_torch_with_bottom_right_mask(inputs, return_weights):
+def test_is_causal_equals_torch_with_bottom_right_mask(inputs, need_weights):
     q, k, v, _ = inputs
     seq_q, seq_k = q.shape[-2], k.shape[-2]
     if seq_q > seq_k:
         q = q[..., :seq_k, :]
         seq_q = seq_k
-    result = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=return_weights)
-    out = result[0] if return_weights else result
+    result = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+    out = result[0] if need_weights else result
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=_bottom_right_causal(seq_q, seq_k))
     torch.testing.assert_close(out, expected)
     if seq_q == seq_k:  # here PyTorch's own is_causal (top-left aligned) is the same mask
@@ -93,15 +93,15 @@ def test_is_causal_equals_torch_with_bottom_right_mask(inputs, return_weights):
 
 
 @given(attention_inputs(), st.booleans())
-def test_is_causal_combines_with_a_mask(inputs, return_weights):
+def test_is_causal_combines_with_a_mask(inputs, need_weights):
     q, k, v, mask = inputs
     k, v = k[..., : q.shape[-2], :], v[..., : q.shape[-2], :]
     seq = min(q.shape[-2], k.shape[-2])
     q = q[..., :seq, :]
     if mask is not None:
         mask = mask[..., :seq, :seq]
-    result = scaled_dot_product_attention(q, k, v, mask, is_causal=True, return_weights=return_weights)
-    out = result[0] if return_weights else result
+    result = scaled_dot_product_attention(q, k, v, mask, is_causal=True, need_weights=need_weights)
+    out = result[0] if need_weights else result
     combined = torch.ones(seq, seq, dtype=torch.bool).tril()
     if mask is not None:
         combined = combined & mask
@@ -113,9 +113,9 @@ def test_is_causal_combines_with_a_mask(inputs, return_weights):
 def test_scale_argument_matches_torch():
     gen = torch.Generator().manual_seed(1)
     q, k, v = _randn(gen, 2, 3, 4), _randn(gen, 2, 5, 4), _randn(gen, 2, 5, 6)
-    for return_weights in (False, True):
-        result = scaled_dot_product_attention(q, k, v, scale=0.3, return_weights=return_weights)
-        out = result[0] if return_weights else result
+    for need_weights in (False, True):
+        result = scaled_dot_product_attention(q, k, v, scale=0.3, need_weights=need_weights)
+        out = result[0] if need_weights else result
         torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.3))
         # The fast path *is* F.scaled_dot_product_attention: also compare with the formula.
         torch.testing.assert_close(out, _reference_weights(q, k, scale=0.3) @ v)
@@ -133,7 +133,7 @@ def test_attention_scores_by_hand():
 @given(attention_inputs())
 def test_weights_rows_sum_to_one_or_are_all_zero(inputs):
     q, k, v, mask = inputs
-    out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     assert weights.shape == (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     assert not torch.isnan(weights).any() and not torch.isnan(out).any()
     sees_something = torch.ones(weights.shape[:-1], dtype=torch.bool)
@@ -151,7 +151,7 @@ def test_fully_masked_query_gives_zero_output_and_weights_on_both_paths():
     q, k, v = _randn(gen, 1, 3, 4), _randn(gen, 1, 3, 4), _randn(gen, 1, 3, 2)
     mask = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
     fast = scaled_dot_product_attention(q, k, v, mask)
-    slow, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    slow, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     for out in (fast, slow):
         assert not torch.isnan(out).any()
         assert (out[:, 1] == 0).all()
@@ -167,7 +167,7 @@ def test_fast_path_equals_weights_path(inputs, causal):
         if mask is not None:
             mask = mask[..., : k.shape[-2], :]
     fast = scaled_dot_product_attention(q, k, v, mask, is_causal=causal)
-    slow, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, return_weights=True)
+    slow, _ = scaled_dot_product_attention(q, k, v, mask, is_causal=causal, need_weights=True)
     torch.testing.assert_close(fast, slow)
 
 
@@ -177,9 +177,9 @@ def test_fast_path_equals_weights_path(inputs, causal):
     d=st.integers(1, 6),
     seed=SEEDS,
     data=st.data(),
-    return_weights=st.booleans(),
+    need_weights=st.booleans(),
 )
-def test_is_causal_output_ignores_future_tokens(seq, extra_keys, d, seed, data, return_weights):
+def test_is_causal_output_ignores_future_tokens(seq, extra_keys, d, seed, data, need_weights):
     """Changing the keys/values after query i's absolute position leaves output i unchanged."""
     gen = torch.Generator().manual_seed(seed)
     seq_k = seq + extra_keys
@@ -191,8 +191,8 @@ def test_is_causal_output_ignores_future_tokens(seq, extra_keys, d, seed, data, 
     v2[:, position + 1 :] = _randn(gen, 2, seq_k - position - 1, d) * 5
 
     def run(kk, vv):
-        result = scaled_dot_product_attention(q, kk, vv, is_causal=True, return_weights=return_weights)
-        return result[0] if return_weights else result
+        result = scaled_dot_product_attention(q, kk, vv, is_causal=True, need_weights=need_weights)
+        return result[0] if need_weights else result
 
     before, after = run(k, v), run(k2, v2)
     torch.testing.assert_close(after[:, : i + 1], before[:, : i + 1], atol=1e-12, rtol=0)
@@ -205,9 +205,9 @@ def test_dropout_on_weights_zeroes_and_rescales():
     gen = torch.Generator().manual_seed(3)
     q, k, v = _randn(gen, 4, 16, 8), _randn(gen, 4, 16, 8), _randn(gen, 4, 16, 8)
     p = 0.25
-    _, reference = scaled_dot_product_attention(q, k, v, return_weights=True)
+    _, reference = scaled_dot_product_attention(q, k, v, need_weights=True)
     torch.manual_seed(0)
-    out, dropped = scaled_dot_product_attention(q, k, v, dropout_p=p, return_weights=True)
+    out, dropped = scaled_dot_product_attention(q, k, v, dropout_p=p, need_weights=True)
     zeroed = dropped == 0
     assert (reference > 0).all()
     fraction = zeroed.double().mean().item()
@@ -216,10 +216,10 @@ def test_dropout_on_weights_zeroes_and_rescales():
     torch.testing.assert_close(out, dropped @ v)
     # Same seed, same dropout pattern; different seed, different pattern.
     torch.manual_seed(0)
-    again = scaled_dot_product_attention(q, k, v, dropout_p=p, return_weights=True)[1]
+    again = scaled_dot_product_attention(q, k, v, dropout_p=p, need_weights=True)[1]
     assert torch.equal(again, dropped)
     torch.manual_seed(1)
-    other = scaled_dot_product_attention(q, k, v, dropout_p=p, return_weights=True)[1]
+    other = scaled_dot_product_attention(q, k, v, dropout_p=p, need_weights=True)[1]
     assert not torch.equal(other, dropped)
 
 
@@ -229,7 +229,7 @@ def test_dropout_without_weights_still_applies_dropout():
     torch.manual_seed(5)
     out = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     torch.manual_seed(5)
-    out_w, _weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
+    out_w, _weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, need_weights=True)
     torch.testing.assert_close(out, out_w)
     assert not torch.allclose(out, scaled_dot_product_attention(q, k, v))
 
@@ -249,7 +249,7 @@ class _CountingSDPA:
     [
         ({}, 1),
         ({"is_causal": True}, 1),
-        ({"return_weights": True}, 0),
+        ({"need_weights": True}, 0),
         ({"dropout_p": 0.1}, 0),
     ],
     ids=["plain", "causal", "weights", "dropout"],
@@ -282,10 +282,10 @@ def test_fully_masked_query_has_finite_gradients_equal_to_the_weights_path(monke
     inputs = [_randn(gen, 2, 3, 4) for _ in range(3)]
     mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
     outputs, grads = [], []
-    for return_weights in (False, True):
+    for need_weights in (False, True):
         q, k, v = (t.clone().requires_grad_() for t in inputs)
-        result = scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
-        out = result[0] if return_weights else result
+        result = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+        out = result[0] if need_weights else result
         (out * torch.arange(1.0, 5.0, dtype=out.dtype)).sum().backward()
         outputs.append(out.detach())
         grads.append((q.grad, k.grad, v.grad))
@@ -310,7 +310,7 @@ def test_float16_weights_path_computes_scores_in_float32():
     reference = _reference_weights(q.double(), k.double()) @ v.double()
     q16, k16, v16 = q.half(), k.half(), v.half()
     fast = scaled_dot_product_attention(q16, k16, v16)
-    slow, weights = scaled_dot_product_attention(q16, k16, v16, return_weights=True)
+    slow, weights = scaled_dot_product_attention(q16, k16, v16, need_weights=True)
     assert weights.dtype == torch.float16 and slow.dtype == torch.float16
     assert not torch.isnan(slow).any() and not torch.isnan(weights).any()
     torch.testing.assert_close(weights.double(), _reference_weights(q.double(), k.double()), atol=1e-3, rtol=0)

@@ -73,7 +73,7 @@ def test_a_head_written_with_einsum_and_the_package_is_accepted():
 
 def test_a_head_through_the_package_is_accepted_with_a_note():
     def my_attention_head(x, w_q, w_k, w_v):
-        return mh.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, return_weights=True)
+        return mh.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, need_weights=True)
 
     result = check_attention_head(my_attention_head, verbose=False)
     assert result.correct and "Note: your function calls" in result.message

@@ -173,7 +173,7 @@ def test_moving_any_control_redraws(make):
 # settings that are controls, by explorer.update(...) too. The message must name the setting.
 IMPOSSIBLE = {
     qkv_explorer: [
-        ({"head": 3}, ValueError, r"head must be in \[1, 2\].*got head=3"),
+        ({"head": 3}, ValueError, r"head must be in \[1, 2\].*got 3"),
         ({"head": 0}, ValueError, r"head must be in \[1, 2\]"),
         ({"head": True}, TypeError, r"head must be an int.*got bool True"),  # True == 1, but not a head
         ({"head": 1.0}, TypeError, r"head must be an int.*got float 1.0"),

@@ -22,25 +22,25 @@ MASK = torch.tensor(
 )  # (seq_q=3, seq_k=4), every query sees at least one key
 
 
-@pytest.mark.parametrize("return_weights", [True, False], ids=["weights-path", "fast-path"])
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights-path", "fast-path"])
 @pytest.mark.parametrize("mask", [None, MASK], ids=["no-mask", "mask"])
-def test_gradcheck_scaled_dot_product_attention(return_weights, mask):
+def test_gradcheck_scaled_dot_product_attention(need_weights, mask):
     gen = torch.Generator().manual_seed(0)
     q, k, v = _leaf(gen, 2, 3, 5), _leaf(gen, 2, 4, 5), _leaf(gen, 2, 4, 3)
 
     def f(q, k, v):
-        return scaled_dot_product_attention(q, k, v, mask, return_weights=return_weights)
+        return scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
 
     assert gradcheck(f, (q, k, v))
 
 
-@pytest.mark.parametrize("return_weights", [True, False], ids=["weights-path", "fast-path"])
-def test_gradcheck_causal_with_cached_keys(return_weights):
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights-path", "fast-path"])
+def test_gradcheck_causal_with_cached_keys(need_weights):
     gen = torch.Generator().manual_seed(1)
     q, k, v = _leaf(gen, 2, 2, 4), _leaf(gen, 2, 5, 4), _leaf(gen, 2, 5, 4)
 
     def f(q, k, v):
-        return scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=return_weights)
+        return scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
 
     assert gradcheck(f, (q, k, v))
 

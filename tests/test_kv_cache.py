@@ -189,7 +189,7 @@ def test_causal_offset_mask_and_is_causal_against_hand_built(seq_q, past, seed):
     v = torch.randn(2, seq_k, 3, generator=gen, dtype=F64)
     reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=expected)
     torch.testing.assert_close(scaled_dot_product_attention(q, k, v, is_causal=True), reference)
-    out, weights = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=True)
     torch.testing.assert_close(out, reference)
     assert (weights.masked_select(~expected.expand_as(weights)) == 0).all()
 

@@ -216,7 +216,7 @@ def test_attention_with_an_alibi_bias_is_the_formula(causal):
     g = torch.Generator().manual_seed(2)
     q, k, v = torch.randn(3, 2, 4, 5, 8, generator=g, dtype=torch.float64).unbind(0)
     bias = alibi_bias(4, 5).double()
-    out, weights = scaled_dot_product_attention(q, k, v, bias=bias, is_causal=causal, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, bias=bias, is_causal=causal, need_weights=True)
     scores = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
     if causal:
         scores = scores.masked_fill(~causal_mask(5), -math.inf)

@@ -1,4 +1,4 @@
-"""default_device and compat.fused_attention: branches that mutation testing (``make mutate``)
+"""default_device and compat.sdpa_zeroing_fully_masked_rows: branches that mutation testing (``make mutate``)
 showed unpinned. The GPU branches are reached by telling torch that a GPU is there (monkeypatch):
 this machine and CI have none."""
 
@@ -38,5 +38,5 @@ def test_fused_attention_with_a_mask_uses_the_scale_given():
     # By hand: softmax over the visible keys of q·k * scale.
     scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, -math.inf)
     expected = torch.softmax(scores, dim=-1) @ v
-    got = compat.fused_attention(q, k, v, mask, is_causal=False, scale=scale)
+    got = compat.sdpa_zeroing_fully_masked_rows(q, k, v, mask, is_causal=False, scale=scale)
     torch.testing.assert_close(got, expected)

@@ -229,7 +229,7 @@ def test_rope_frequencies_plot():
 @pytest.mark.parametrize(
     "highlight, error, message",
     [
-        (8, ValueError, r"highlight must be in \[0, 7\], got highlight=8"),
+        (8, ValueError, r"highlight must be in \[0, 7\], got 8"),
         (-1, ValueError, r"highlight must be in \[0, 7\]"),
         (2.0, TypeError, r"highlight must be an int, got float"),
         (True, TypeError, r"highlight must be an int, got bool"),

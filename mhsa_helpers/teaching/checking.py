@@ -372,7 +372,7 @@ def _learner_line(frames: Sequence[tuple[FrameType, int]]) -> str:
     return f" ({_frame_line(*own[-1])})"
 
 
-def _enclosing_loop(frame: FrameType, lineno: int, kinds: tuple[type, ...]) -> str:
+def _enclosing_loop(frame: FrameType, lineno: int, kinds: tuple[type[ast.stmt], ...]) -> str:
     """`` the loop at line 5: `while i < n:` ``, the innermost loop of ``kinds`` in the learner's code
     around ``lineno`` (read from the source, which Jupyter keeps for each cell), or ""."""
     try:

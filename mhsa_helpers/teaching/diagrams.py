@@ -27,7 +27,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from ..checks import check_int
+from ..checks import expect_int
 
 __all__ = ["ROLE_COLORS", "Box", "Canvas", "head_colors"]
 
@@ -52,7 +52,7 @@ _HEAD_PALETTE = ("#fdae6b", "#9ecae1", "#a1d99b", "#bcbddc", "#fc9272", "#c7c7c7
 
 def head_colors(heads: int) -> list[str]:
     """``heads`` distinct fill colours, one per head, the same in every diagram."""
-    heads = check_int("heads", heads, 1)
+    heads = expect_int("heads", heads, 1)
     return [_HEAD_PALETTE[h % len(_HEAD_PALETTE)] for h in range(heads)]
 
 
@@ -139,7 +139,7 @@ class Canvas:
         ``values[i][j]`` writes text in it; ``row_labels``/``col_labels`` name rows (left) and
         columns (top), e.g. the tokens. Returns the grid's :class:`Box`.
         """
-        rows, cols = check_int("rows", rows, 1), check_int("cols", cols, 1)
+        rows, cols = expect_int("rows", rows, 1), expect_int("cols", cols, 1)
         if cell_colors is not None and (len(cell_colors) != rows or any(len(r) != cols for r in cell_colors)):
             raise ValueError(f"cell_colors must be {rows} rows of {cols} colours, one per cell")
         if values is not None and (len(values) != rows or any(len(r) != cols for r in values)):

@@ -37,7 +37,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import ipywidgets as widgets
 import numpy as np
@@ -54,8 +54,6 @@ __all__ = [
     "SLIDER",
     "STATIC_NOTE",
     "Explorer",
-    "check_bool",
-    "check_number",
     "divisors",
     "log_slider",
     "nearby_value",
@@ -90,26 +88,9 @@ def seeded(seed: int) -> Iterator[None]:
         yield
 
 
-def check_bool(name: str, value: object) -> bool:
-    """``value`` as a bool; only True or False (numpy's too) are accepted."""
-    # bool(value) would turn any non-empty string, e.g. "no", into True.
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
 def divisors(n: int) -> list[int]:
     """The divisors of ``n``, ascending (the head counts a ``d_model`` of ``n`` allows)."""
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def check_number(name: str, value: object, low: float, high: float) -> float:
-    """``value`` as a float: a finite int or float (never a bool) in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [{low:g}, {high:g}], got {type(value).__name__} {value!r}")
-    if not (math.isfinite(float(value)) and low <= float(value) <= high):
-        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {name}={value}")
-    return float(value)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -323,14 +304,14 @@ class Explorer(widgets.VBox):
         below it: the picture shown where the widget cannot be (PNG bytes)."""
         if self._current is None:
             raise RuntimeError("this explorer was closed: it holds no figure any more")
-        picture = np.asarray(self._current.figure.canvas.buffer_rgba())[..., :3]
+        picture = np.asarray(cast(FigureCanvasAgg, self._current.figure.canvas).buffer_rgba())[..., :3]
         caption = self.data.get("caption", "")
         band = Figure(figsize=(picture.shape[1] / DPI, 0.5), dpi=DPI)
         FigureCanvasAgg(band)
         band.text(0.01, 0.7, caption, fontsize=7, va="center", wrap=True)
         band.text(0.01, 0.25, STATIC_NOTE, fontsize=7, style="italic", color="#555555", va="center")
         band.canvas.draw()
-        text = np.asarray(band.canvas.buffer_rgba())[..., :3]
+        text = np.asarray(cast(FigureCanvasAgg, band.canvas).buffer_rgba())[..., :3]
         buffer = io.BytesIO()
         PILImage.fromarray(np.ascontiguousarray(np.vstack([picture, text[:, : picture.shape[1]]]))).save(
             buffer, format="png"
@@ -438,7 +419,7 @@ class _Layout:
         labels and titles rarely change: so the static part is drawn once per ``static_key``
         and kept as a background, and each redraw pastes it and draws only the ``dynamic``
         artists on top (matplotlib's blitting). ``dynamic=None`` draws everything."""
-        canvas = self.figure.canvas
+        canvas = cast(FigureCanvasAgg, self.figure.canvas)
         if dynamic is None:
             canvas.draw()
             return
@@ -456,7 +437,7 @@ class _Layout:
         # A JPEG, not a PNG: at twice the displayed size a PNG takes 25-40 ms to encode (most of a
         # redraw), a JPEG 5-8 ms. At quality 90 without chroma subsampling its artefacts are finer
         # than a displayed pixel; the stored picture (static_png) stays lossless.
-        canvas = self.figure.canvas
+        canvas = cast(FigureCanvasAgg, self.figure.canvas)
         # Read as RGBX (the opaque alpha byte skipped by the encoder): copying out the RGB
         # channels would cost as much as encoding.
         image = PILImage.frombuffer("RGBX", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBX", 0, 1)

@@ -28,7 +28,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from ..checks import check_int
+from ..checks import expect_int
 
 __all__ = [
     "ANNOTATE_MAX_SEQ",
@@ -516,7 +516,7 @@ def head_grid(
     if values.ndim != 3 or 0 in values.shape:
         raise ValueError(f"weights must be a non-empty 3-D array (heads, seq_q, seq_k), got shape {values.shape}")
     heads, seq_q, seq_k = values.shape
-    ncols = check_int("ncols", ncols, 1)
+    ncols = expect_int("ncols", ncols, 1)
     if tokens is not None:
         if seq_q != seq_k:
             raise ValueError(
@@ -524,7 +524,7 @@ def head_grid(
             )
         tokens = check_tokens("tokens", tokens, seq_q, "position")
     if highlight is not None:
-        highlight = check_int("highlight", highlight, 0, heads - 1)
+        highlight = expect_int("highlight", highlight, 0, heads - 1)
     cols = min(ncols, heads)
     rows = math.ceil(heads / cols)
     if figsize is None:
@@ -629,7 +629,7 @@ def benchmark_plot(
         missing = [key for key in (x, y, group) if key not in row]
         if missing:
             raise ValueError(f"rows[{index}] must have the keys {x!r}, {y!r} and {group!r}, missing {missing}")
-        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))
+        series.setdefault(row[group], []).append((float(row[x]), float(row[y])))  # type: ignore[arg-type]  # numbers, checked by float()
     if ax is None:
         ax = new_axes((5.0, 3.4))
     all_x = [px for points in series.values() for px, _ in points]

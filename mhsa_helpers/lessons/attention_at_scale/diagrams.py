@@ -6,7 +6,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ...checks import check_divisible, check_int
+from ...checks import expect_divisible, expect_int
 from ...teaching.diagrams import ROLE_COLORS, Canvas, head_colors
 from ...tiled_attention import tile_kinds
 
@@ -20,8 +20,8 @@ def tiles_diagram(seq: int = 8, tile_size: int = 3, *, causal: bool = True) -> F
     blue blocks are computed whole, orange ones are computed with a mask inside, grey ones
     are never computed (every key is in the future of every query). Each query tile keeps a
     running maximum and normaliser (right) while its key tiles are read from left to right."""
-    seq = check_int("seq", seq, 1, 24)
-    tile_size = check_int("tile_size", tile_size, 1, seq)
+    seq = expect_int("seq", seq, 1, 24)
+    tile_size = expect_int("tile_size", tile_size, 1, seq)
     kinds = tile_kinds(seq, seq, tile_size=tile_size, causal=causal)
     colors = [[_KIND_COLORS[kinds[i // tile_size][j // tile_size]] for j in range(seq)] for i in range(seq)]
     canvas = Canvas(width=seq + 9, height=seq + 5.5, title=f"scores cut into tiles of {tile_size}", scale=0.42)
@@ -55,9 +55,9 @@ def head_groups_diagram(num_heads: int = 8, num_kv_heads: int = 2) -> Figure:
     """``num_heads`` query heads (top) and the ``num_kv_heads`` key/value heads they read (bottom):
     query head ``h`` reads key/value head ``h // (num_heads // num_kv_heads)``, one colour per group.
     ``num_kv_heads == num_heads`` is multi-head attention, 1 is multi-query attention."""
-    num_heads = check_int("num_heads", num_heads, 1, 32)
-    num_kv_heads = check_int("num_kv_heads", num_kv_heads, 1, num_heads)
-    groups = check_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
+    num_heads = expect_int("num_heads", num_heads, 1, 32)
+    num_kv_heads = expect_int("num_kv_heads", num_kv_heads, 1, num_heads)
+    groups = expect_divisible("num_heads", num_heads, "num_kv_heads", num_kv_heads)
     colors = head_colors(num_kv_heads)
     kind = "multi-head" if groups == 1 else "multi-query" if num_kv_heads == 1 else "grouped-query"
     width = max(num_heads, 8) * 1.4 + 4

@@ -8,10 +8,10 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_choice, check_int
+from ...checks import expect_bool, expect_choice, expect_int
 from ...kv_cache_memory import BYTES_PER_ELEMENT, PRESETS, format_bytes, kv_cache_variants
 from ...teaching.diagrams import head_colors
-from ...teaching.explorer import SLIDER, Explorer, check_bool, divisors, to_numpy
+from ...teaching.explorer import SLIDER, Explorer, divisors, to_numpy
 from ...teaching.figures import Heatmap
 from ...tiled_attention import online_softmax_trace, tile_kinds
 
@@ -39,8 +39,8 @@ class _TilesExplorer(Explorer):
         super().__init__(controls, title="Online softmax: one tile of keys at a time")
 
     def _check(self, values):
-        check_int("tile_size", values["tile_size"], 1, 16)
-        check_bool("causal", values["causal"])
+        expect_int("tile_size", values["tile_size"], 1, 16)
+        expect_bool("causal", values["causal"])
 
     def _compute(self, values):
         tile, causal = int(values["tile_size"]), bool(values["causal"])
@@ -132,8 +132,8 @@ def tiles_explorer(*, tile_size: int = 4, causal: bool = True) -> Explorer:
     or skips. Right: one row of 16 scores read ``tile_size`` at a time, with the running maximum and
     normaliser after each tile. data: ``blocks`` (16, 16) as 1 / 0.5 / 0, ``ends`` (keys read after
     each tile), ``running_max``, ``normaliser`` (one per tile), ``computed_fraction``."""
-    check_int("tile_size", tile_size, 1, 16)
-    return _TilesExplorer(int(tile_size), check_bool("causal", causal))
+    expect_int("tile_size", tile_size, 1, 16)
+    return _TilesExplorer(int(tile_size), expect_bool("causal", causal))
 
 
 class _KVHeadsExplorer(Explorer):
@@ -149,7 +149,7 @@ class _KVHeadsExplorer(Explorer):
         super().__init__(controls, title=f"Which of {num_heads} query heads share which key/value head")
 
     def _check(self, values):
-        check_choice("num_kv_heads", str(values["num_kv_heads"]), [str(d) for d in divisors(self.num_heads)])
+        expect_choice("num_kv_heads", str(values["num_kv_heads"]), [str(d) for d in divisors(self.num_heads)])
 
     def _compute(self, values):
         kv = int(values["num_kv_heads"])
@@ -210,8 +210,8 @@ def _square(x: float, y: float, color: str):
 def kv_heads_explorer(*, num_heads: int = 8, num_kv_heads: int = 2) -> Explorer:
     """Query heads (top) and the key/value heads they read (bottom) for ``num_kv_heads`` dividing
     ``num_heads``. data: ``reads`` (the key/value head of each query head), ``groups``, ``cache_fraction``."""
-    num_heads = check_int("num_heads", num_heads, 1, 16)
-    check_choice("num_kv_heads", str(num_kv_heads), [str(d) for d in divisors(num_heads)])
+    num_heads = expect_int("num_heads", num_heads, 1, 16)
+    expect_choice("num_kv_heads", str(num_kv_heads), [str(d) for d in divisors(num_heads)])
     return _KVHeadsExplorer(num_heads, int(num_kv_heads))
 
 
@@ -232,10 +232,10 @@ class _CacheExplorer(Explorer):
         super().__init__(controls, title="What the KV cache costs: MHA, GQA and MQA for the same model")
 
     def _check(self, values):
-        check_choice("model", values["model"], tuple(PRESETS))
-        check_choice("tokens", str(values["tokens"]), [str(t) for t in CONTEXTS])
-        check_int("batch", values["batch"], 1, 64)
-        check_choice("dtype", values["dtype"], tuple(BYTES_PER_ELEMENT))
+        expect_choice("model", values["model"], tuple(PRESETS))
+        expect_choice("tokens", str(values["tokens"]), [str(t) for t in CONTEXTS])
+        expect_int("batch", values["batch"], 1, 64)
+        expect_choice("dtype", values["dtype"], tuple(BYTES_PER_ELEMENT))
 
     def _compute(self, values):
         model = PRESETS[values["model"]]
@@ -294,8 +294,8 @@ def cache_explorer(
 ) -> Explorer:
     """The KV cache of a published model (:data:`~mhsa_helpers.kv_cache_memory.PRESETS`) as MHA, GQA and MQA,
     for a context of ``tokens``, a ``batch`` and a ``dtype``. data: ``names``, ``gib`` (3,), ``model``."""
-    check_choice("model", model, tuple(PRESETS))
-    check_choice("tokens", str(tokens), [str(t) for t in CONTEXTS])
-    check_int("batch", batch, 1, 64)
-    check_choice("dtype", dtype, tuple(BYTES_PER_ELEMENT))
+    expect_choice("model", model, tuple(PRESETS))
+    expect_choice("tokens", str(tokens), [str(t) for t in CONTEXTS])
+    expect_int("batch", batch, 1, 64)
+    expect_choice("dtype", dtype, tuple(BYTES_PER_ELEMENT))
     return _CacheExplorer(model, int(tokens), int(batch), dtype)

@@ -10,10 +10,10 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from ...attention import attention_scores
-from ...checks import check_choice, check_int
+from ...checks import expect_bool, expect_choice, expect_int, expect_number
 from ...examples import your_journey_starts_with_one_step
 from ...masking import causal_mask, masked_softmax_neg_inf, masked_softmax_renormalize
-from ...teaching.explorer import SLIDER, Explorer, check_bool, check_number, seeded, to_numpy
+from ...teaching.explorer import SLIDER, Explorer, seeded, to_numpy
 from ...teaching.figures import MASK_COLORS, Heatmap
 
 __all__ = ["DROPOUT_SEED", "JOURNEY_SEED", "METHODS", "journey_projections", "masking_explorer"]
@@ -59,10 +59,10 @@ class _MaskingExplorer(Explorer):
         super().__init__(controls, title="Masking: which keys may each query see?")
 
     def _check(self, values):
-        check_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
-        check_bool("causal", values["causal"])
-        check_choice("method", values["method"], tuple(METHODS))
-        check_number("dropout", values["dropout"], 0.0, 0.9)
+        expect_int("seq_len", values["seq_len"], 1, len(self.tokens), " (words of the sentence)")
+        expect_bool("causal", values["causal"])
+        expect_choice("method", values["method"], tuple(METHODS))
+        expect_number("dropout", values["dropout"], 0.0, 0.9)
 
     def _compute(self, values):
         n, p = values["seq_len"], round(float(values["dropout"]), 10)
@@ -166,8 +166,8 @@ def masking_explorer(
     data: ``tokens``, ``scores``, ``mask`` (bool, True = may attend), ``weights_before_dropout``,
     ``weights`` (after dropout), ``output``; matrices are ``(seq_len, seq_len)``.
     """
-    check_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
-    causal = check_bool("causal", causal)
-    check_choice("method", method, tuple(METHODS))
-    check_number("dropout", dropout, 0.0, 0.9)
+    expect_int("seq_len", seq_len, 1, 6, " (words of the sentence)")
+    causal = expect_bool("causal", causal)
+    expect_choice("method", method, tuple(METHODS))
+    expect_number("dropout", dropout, 0.0, 0.9)
     return _MaskingExplorer(int(seq_len), causal, method, float(dropout))

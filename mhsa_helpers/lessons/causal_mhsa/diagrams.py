@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...teaching.diagrams import Canvas
 
 __all__ = ["kv_cache_diagram", "transformer_block_diagram"]
@@ -17,8 +17,8 @@ def kv_cache_diagram(past: int = 5, new: int = 2) -> Figure:
     ``(past + new)`` columns at RoPE positions ``0 .. past + new - 1``; the ``(new, past + new)``
     score rectangle of the new queries, with the keys after each query blocked
     (``tril(diagonal=past)``)."""
-    past = check_int("past", past, 0, 12)
-    new = check_int("new", new, 1, 6)
+    past = expect_int("past", past, 0, 12)
+    new = expect_int("new", new, 1, 6)
     total = past + new
     canvas = Canvas(
         width=total + 13, height=new + 8.0, title=f"decoding {new} new token(s) after {past} cached", scale=0.5

@@ -8,17 +8,8 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_int
-from ...teaching.explorer import (
-    SLIDER,
-    Explorer,
-    check_bool,
-    check_number,
-    divisors,
-    log_slider,
-    set_options,
-    to_numpy,
-)
+from ...checks import expect_bool, expect_int, expect_number
+from ...teaching.explorer import SLIDER, Explorer, divisors, log_slider, set_options, to_numpy
 from ...teaching.figures import SCORES_CMAP, HeadGrid, Heatmap
 from ..multi_head.explorer import (
     HEADS_SENTENCE,
@@ -76,10 +67,10 @@ class _MHSAExplorer(Explorer):
             self.controls["base"].description = base_label(rope)
 
     def _check(self, values):
-        check_bool("causal", values["causal"])
-        check_num_heads("num_heads", values["num_heads"], self.d_model, rope=check_bool("rope", values["rope"]))
-        check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
-        check_number("base", values["base"], 10.0, 1e6)
+        expect_bool("causal", values["causal"])
+        check_num_heads("num_heads", values["num_heads"], self.d_model, rope=expect_bool("rope", values["rope"]))
+        expect_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
+        expect_number("base", values["base"], 10.0, 1e6)
 
     def _compute(self, values):
         heads, n, rope, causal = values["num_heads"], values["seq_len"], bool(values["rope"]), bool(values["causal"])
@@ -139,7 +130,7 @@ class _MHSAExplorer(Explorer):
         # A (seq, d_model) block is wide: let it fill its slot, with the colour bar beside it.
         ax.set_aspect("auto")
         ax.set_position((0.8, 0.22, 0.12, 0.62))
-        output.colorbar.ax.set_position((0.935, 0.22, 0.012, 0.62))
+        output.colorbar.ax.set_position((0.935, 0.22, 0.012, 0.62))  # type: ignore[union-attr]  # drawn with one
         ax.set_title("output (seq, d_model)", fontsize=8)
         return grid, output
 
@@ -181,9 +172,9 @@ def mhsa_explorer(
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``output`` (seq_len, d_model).
     """
     d_model = check_d_model(d_model)
-    rope = check_bool("rope", rope)
-    causal = check_bool("causal", causal)
+    rope = expect_bool("rope", rope)
+    causal = expect_bool("causal", causal)
     num_heads = check_num_heads("num_heads", num_heads, d_model, rope=rope)
-    check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
-    check_number("base", base, 10.0, 1e6)
+    expect_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
+    expect_number("base", base, 10.0, 1e6)
     return _MHSAExplorer(d_model, num_heads, int(seq_len), rope, float(base), causal)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import numpy as np
 
-from ...checks import check_choice
+from ...checks import expect_choice
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
 from ...teaching.figures import SCORES_CMAP, WEIGHTS_CMAP, Heatmap
 from .bug_zoo import bug, bug_names
@@ -25,7 +25,7 @@ class _BugZooExplorer(Explorer):
         super().__init__(controls, title="The bug zoo: each bug next to its fix")
 
     def _check(self, values):
-        check_choice("bug", values["bug"], bug_names())
+        expect_choice("bug", values["bug"], bug_names())
 
     def _compute(self, values):
         item = bug(values["bug"])
@@ -105,5 +105,5 @@ def bug_zoo_explorer(*, bug: str = "inverted boolean mask") -> Explorer:
     """Pick a bug of :data:`~.bug_zoo.BUGS`: its result (left) next to the fixed code's (right), one
     colour scale for both. data: ``bug``, ``mistake``, ``fix``, ``symptom``, ``reports``, ``kind``
     (``"weights"`` or ``"output"``), ``buggy`` and ``fixed`` (2-D), ``damage`` (largest difference)."""
-    check_choice("bug", bug, bug_names())
+    expect_choice("bug", bug, bug_names())
     return _BugZooExplorer(bug)

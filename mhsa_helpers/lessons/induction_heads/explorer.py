@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
 from .checkpoints import CHECKPOINT_STEPS, Checkpoints, load_checkpoints
 from .figures import loss_curves, mark_copies, score_bars
@@ -68,8 +68,8 @@ class _TrainingExplorer(Explorer):
             raise TypeError(f"step must be an int, one of the saved steps {steps}, got {type(step).__name__} {step!r}")
         if step not in steps:
             raise ValueError(f"step must be one of the saved steps {steps}, got step={step!r}")
-        check_int("layer", values["layer"], 0, 1, " (the model has 2 layers)")
-        check_int("head", values["head"], 0, self.checkpoints.config.num_heads - 1, " (one of the heads)")
+        expect_int("layer", values["layer"], 0, 1, " (the model has 2 layers)")
+        expect_int("head", values["head"], 0, self.checkpoints.config.num_heads - 1, " (one of the heads)")
 
     def _weights_and_scores(self, step: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         if step not in self._cache:
@@ -171,12 +171,12 @@ def training_explorer(step: int = CHECKPOINT_STEPS[-1], *, layer: int = 0, head:
         raise TypeError(f"step must be an int, one of the saved steps {steps}, got {type(step).__name__} {step!r}")
     if step not in steps:
         raise ValueError(f"step must be one of the saved steps {steps}, got step={step!r}")
-    check_int("layer", layer, 0, 1, " (the model has 2 layers)")
+    expect_int("layer", layer, 0, 1, " (the model has 2 layers)")
     if head is None:
         model = checkpoints.model_at(steps[-1])
         batch = evaluation_batch(checkpoints.config)
         with torch.no_grad():
             _, weights = model(batch.tokens)
         head = int(head_scores(weights, batch)["previous_token"][0].argmax())
-    check_int("head", head, 0, checkpoints.config.num_heads - 1, " (one of the heads)")
+    expect_int("head", head, 0, checkpoints.config.num_heads - 1, " (one of the heads)")
     return _TrainingExplorer(checkpoints, int(step), int(layer), int(head))

@@ -218,7 +218,7 @@ def layer_heatmaps(
                 ax.set_xlabel("key position", fontsize=8)
             mark_copies(ax, first_start, repeat_len, seq)
     colorbar_ax = fig.add_axes((0.92, 0.15, 0.015, 0.65))
-    fig.colorbar(image, cax=colorbar_ax).set_label("attention weight", fontsize=8)
+    fig.colorbar(image, cax=colorbar_ax).set_label("attention weight", fontsize=8)  # type: ignore[arg-type]  # drawn above
     colorbar_ax.tick_params(labelsize=7)
     if title:
         fig.suptitle(title, fontsize=10)

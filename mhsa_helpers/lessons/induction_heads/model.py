@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from ...checks import check_divisible, check_int
+from ...checks import expect_divisible, expect_int
 from ...mha import MultiHeadSelfAttention
 
 __all__ = ["POSITIONS", "AttentionOnlyTransformer", "output_projection"]
@@ -68,12 +68,12 @@ class AttentionOnlyTransformer(nn.Module):
         attention: Callable[[int, int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        check_int("vocab_size", vocab_size, 2)
-        check_int("d_model", d_model, 1)
-        check_int("num_heads", num_heads, 1)
-        check_int("num_layers", num_layers, 1)
-        check_int("max_seq_len", max_seq_len, 1)
-        check_divisible("d_model", d_model, "num_heads", num_heads)
+        expect_int("vocab_size", vocab_size, 2)
+        expect_int("d_model", d_model, 1)
+        expect_int("num_heads", num_heads, 1)
+        expect_int("num_layers", num_layers, 1)
+        expect_int("max_seq_len", max_seq_len, 1)
+        expect_divisible("d_model", d_model, "num_heads", num_heads)
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(map(repr, POSITIONS))}, got {positions!r}")
         self.vocab_size, self.d_model, self.num_heads = vocab_size, d_model, num_heads

@@ -134,7 +134,7 @@ def in_context_loss(model: nn.Module, batch: InductionBatch, ablate: tuple[tuple
 def ablation_losses(model: nn.Module, batch: InductionBatch) -> torch.Tensor:
     """``(layers, heads)``: the in-context loss with each head zeroed in turn (compare with
     ``in_context_loss(model, batch)``, nothing zeroed)."""
-    layers, heads = len(model.layers), model.num_heads
+    layers, heads = len(model.layers), int(model.num_heads)  # type: ignore[arg-type]  # an AttentionOnlyTransformer
     return torch.tensor(
         [[in_context_loss(model, batch, ablate=((layer, head),)) for head in range(heads)] for layer in range(layers)]
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...checks import check_int
+from ...checks import expect_int
 
 __all__ = ["BOS", "InductionBatch", "check_task_settings", "make_induction_batch", "repeat_chunk"]
 
@@ -59,12 +59,12 @@ class InductionBatch:
 def check_task_settings(vocab_size: int, seq_len: int, min_repeat: int, max_repeat: int) -> None:
     """Raise ``ValueError``/``TypeError`` naming the first impossible setting of the task."""
     # BOS plus at least two ordinary tokens: with one, every next token would be predictable.
-    check_int("vocab_size", vocab_size, 3)
-    check_int("min_repeat", min_repeat, 2)
-    check_int("max_repeat", max_repeat, 2)
+    expect_int("vocab_size", vocab_size, 3)
+    expect_int("min_repeat", min_repeat, 2)
+    expect_int("max_repeat", max_repeat, 2)
     if max_repeat < min_repeat:
         raise ValueError(f"max_repeat must be >= min_repeat, got min_repeat={min_repeat}, max_repeat={max_repeat}")
-    check_int("seq_len", seq_len, 1)
+    expect_int("seq_len", seq_len, 1)
     if seq_len < 1 + 2 * max_repeat:
         raise ValueError(
             f"seq_len must be >= 1 + 2 * max_repeat = {1 + 2 * max_repeat} (BOS and two copies of the chunk), "
@@ -97,7 +97,7 @@ def make_induction_batch(
 
     Returns an :class:`InductionBatch` with ``tokens (batch, seq)`` and ``induction_mask (batch, seq)``.
     """
-    check_int("batch_size", batch_size, 1)
+    expect_int("batch_size", batch_size, 1)
     check_task_settings(vocab_size, seq_len, min_repeat, max_repeat)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")

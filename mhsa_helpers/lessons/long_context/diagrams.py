@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...teaching.diagrams import Canvas
 
 __all__ = ["streaming_cache_diagram"]
@@ -15,9 +15,9 @@ def streaming_cache_diagram(seq_len: int = 14, window: int = 4, sinks: int = 1) 
     """One row of ``seq_len`` positions of a long stream while the last token is generated: the first
     ``sinks`` tokens (kept: attention sinks), the evicted middle (grey), the last ``window`` tokens
     (kept: the sliding window), and the cache that results, of ``sinks + window`` keys and values."""
-    seq_len = check_int("seq_len", seq_len, 2)
-    window = check_int("window", window, 1, seq_len)
-    sinks = check_int("sinks", sinks, 0, seq_len - window)
+    seq_len = expect_int("seq_len", seq_len, 2)
+    window = expect_int("window", window, 1, seq_len)
+    sinks = expect_int("sinks", sinks, 0, seq_len - window)
     colors = ["query" if i < sinks else "past" if i < seq_len - window else "key" for i in range(seq_len)]
     colors[-1] = "new"
     canvas = Canvas(width=seq_len + 4.5, height=6.8, title="what a streaming cache keeps", scale=0.55)

@@ -126,7 +126,7 @@ def check_alibi_bias(learner: Callable[..., Any], *, verbose: bool = True) -> Ch
         _causal_part(learner) if callable(learner) else learner,
         _causal_part(lambda h, n: alibi_bias(h, n)),
         cases,
-        [Misconception(m.name, _causal_part(m.implementation), m.hint) for m in misconceptions],
+        [Misconception(m.name, _causal_part(m.implementation), m.hint) for m in misconceptions],  # type: ignore[arg-type]  # each has one
         square_cases=square,
         shortcuts=("alibi_bias",),
         verbose=verbose,

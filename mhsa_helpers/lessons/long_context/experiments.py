@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ...checks import check_int, sliding_window_cache_args
+from ...checks import expect_int
 from ...kv_cache import SlidingWindowCache
 from ...long_context import RopeScaling
 from ...rope import RotaryEmbedding
@@ -34,12 +34,12 @@ TRAINED_LENGTH = 32
 def stretched_model(seq_len: int, scaling: RopeScaling | None = None) -> AttentionOnlyTransformer:
     """Notebook 07's trained model, able to read ``seq_len`` tokens: every layer's RoPE is rebuilt
     for positions ``0 .. seq_len - 1``, stretched by ``scaling`` (``None``: RoPE as trained)."""
-    check_int("seq_len", seq_len, 2)
+    expect_int("seq_len", seq_len, 2)
     shipped = load_checkpoints()
     model = shipped.model_at(shipped.steps[-1])
     model.max_seq_len = seq_len
     for layer in model.layers:
-        layer.rope = RotaryEmbedding(layer.d_head, max_seq_len=seq_len, scaling=scaling)
+        layer.rope = RotaryEmbedding(layer.d_head, max_seq_len=seq_len, scaling=scaling)  # type: ignore[arg-type]  # an int
     return model.eval()
 
 
@@ -48,7 +48,7 @@ def long_batch(seq_len: int, batch_size: int = 256, *, max_repeat: int | None = 
 
     The repeated chunk is 6 to ``max_repeat`` tokens long (default: 15 tokens per 32, as in
     training), so its two copies can lie further apart than anything seen in training."""
-    check_int("seq_len", seq_len, 13)
+    expect_int("seq_len", seq_len, 13)
     if max_repeat is None:
         max_repeat = min(15 * seq_len // TRAINED_LENGTH, (seq_len - 1) // 2)
     return make_induction_batch(
@@ -98,7 +98,7 @@ def streaming_losses(
     rope_positions=...)``. With ``"original"`` this equals the full pass with
     ``sliding_window_mask(seq, window, sinks)``; with ``"cache"`` each key is rotated by its slot in
     the cache (StreamingLLM). The model must use RoPE (``positions="rope"``)."""
-    sliding_window_cache_args(window, sinks, rope_positions)
+    SlidingWindowCache(window, sinks, rope_positions=rope_positions)  # its settings are checked first
     if model.positions != "rope":
         raise ValueError(f"model must use RoPE (positions='rope') to stream, got positions={model.positions!r}")
     caches = [SlidingWindowCache(window, sinks, rope_positions=rope_positions) for _ in model.layers]
@@ -125,7 +125,7 @@ class PositionLosses(NamedTuple):
 def position_losses(model: AttentionOnlyTransformer, batch: InductionBatch, *, bin_size: int = 8) -> PositionLosses:
     """The loss on repeated tokens by position, averaged over the batch in bins of ``bin_size``
     positions, and over every repeated token (one forward pass for both)."""
-    check_int("bin_size", bin_size, 1)
+    expect_int("bin_size", bin_size, 1)
     losses = _token_losses(model, batch, None)
     repeated = batch.induction_mask[:, :-1].float()
     seq = losses.shape[-1]

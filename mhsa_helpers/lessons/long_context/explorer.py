@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 import numpy as np
 
-from ...checks import check_choice, check_int
+from ...checks import expect_choice, expect_int
 from ...long_context import ROPE_SCALING_METHODS, RopeScaling, rope_wavelengths, scaled_rope_frequencies
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
 from ...teaching.figures import MASK_COLORS, Heatmap
@@ -38,10 +38,10 @@ class _StretchExplorer(Explorer):
         super().__init__(controls, title="Stretching RoPE: each pair's wavelength, before and after")
 
     def _check(self, values):
-        check_choice("method", values["method"], METHODS)
-        check_int("factor", values["factor"], 1, max(FACTORS))
-        check_int("original_len", values["original_len"], 1)
-        check_choice("d_head", str(values["d_head"]), [str(d) for d in HEAD_SIZES])
+        expect_choice("method", values["method"], METHODS)
+        expect_int("factor", values["factor"], 1, max(FACTORS))
+        expect_int("original_len", values["original_len"], 1)
+        expect_choice("d_head", str(values["d_head"]), [str(d) for d in HEAD_SIZES])
 
     def _compute(self, values):
         method, s, length, d_head = (
@@ -133,10 +133,10 @@ def stretch_explorer(*, method: str = "yarn", factor: int = 8, original_len: int
     """RoPE's wavelength per pair, as trained and stretched by ``method`` for a context ``factor``
     times the trained length ``original_len``. data: ``before``/``after`` (``d_head // 2``,) in tokens
     per turn, ``stretch`` (their ratio), ``score_factor`` (YaRN's), ``unseen_before``, ``kept``."""
-    check_choice("method", method, METHODS)
-    check_choice("factor", str(factor), [str(f) for f in FACTORS])
-    check_choice("original_len", str(original_len), [str(n) for n in ORIGINAL_LENGTHS])
-    check_choice("d_head", str(d_head), [str(d) for d in HEAD_SIZES])
+    expect_choice("method", method, METHODS)
+    expect_choice("factor", str(factor), [str(f) for f in FACTORS])
+    expect_choice("original_len", str(original_len), [str(n) for n in ORIGINAL_LENGTHS])
+    expect_choice("d_head", str(d_head), [str(d) for d in HEAD_SIZES])
     return _StretchExplorer(method, int(factor), int(original_len), int(d_head))
 
 
@@ -152,8 +152,8 @@ class _WindowExplorer(Explorer):
         super().__init__(controls, title="Sliding windows: what one layer sees, what stacked layers reach")
 
     def _check(self, values):
-        check_int("window", values["window"], 1, 16)
-        check_int("layers", values["layers"], 1, 6)
+        expect_int("window", values["window"], 1, 16)
+        expect_int("layers", values["layers"], 1, 6)
 
     def _compute(self, values):
         window, layers = int(values["window"]), int(values["layers"])
@@ -217,7 +217,7 @@ def window_explorer(*, window: int = 4, layers: int = 2, seq_len: int = 24) -> E
     """The sliding-window mask of one layer (left) and, after ``layers`` such layers, which tokens
     can have influenced which (right; blue = reached). data: ``mask`` and ``reach`` (seq, seq) as
     0/1, ``furthest_back`` (how far back the last token is reached)."""
-    check_int("window", window, 1, 16)
-    check_int("layers", layers, 1, 6)
-    check_int("seq_len", seq_len, 2, 64)
+    expect_int("window", window, 1, 16)
+    expect_int("layers", layers, 1, 6)
+    expect_int("seq_len", seq_len, 2, 64)
     return _WindowExplorer(int(window), int(layers), int(seq_len))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ...checks import check_divisible, check_int
+from ...checks import expect_divisible, expect_int
 from ...teaching.diagrams import Canvas, head_colors
 
 __all__ = ["split_merge_diagram"]
@@ -16,10 +16,10 @@ def split_merge_diagram(seq: int = 4, d_model: int = 8, num_heads: int = 2) -> F
     and ``transpose`` to (heads, seq, d_head) give one (seq, d_head) block per head; attention runs
     in each block; the outputs are put side by side again (seq, d_model), and ``· W_Oᵀ`` mixes them
     into the output (seq, d_model)."""
-    seq = check_int("seq", seq, 1, 8)
-    d_model = check_int("d_model", d_model, 1, 16)
-    num_heads = check_int("num_heads", num_heads, 1, 4)
-    d_head = check_divisible("d_model", d_model, "num_heads", num_heads)
+    seq = expect_int("seq", seq, 1, 8)
+    d_model = expect_int("d_model", d_model, 1, 16)
+    num_heads = expect_int("num_heads", num_heads, 1, 4)
+    d_head = expect_divisible("d_model", d_model, "num_heads", num_heads)
     colors = head_colors(num_heads)
     by_head = [[colors[j // d_head] for j in range(d_model)] for _ in range(seq)]
     gap = seq + 2.2

@@ -18,9 +18,9 @@ from ... import (
     fused_qkv_stacked_to_per_head,
     merge_heads,
     multi_head_self_attention,
-    scaled_dot_product_attention,
     split_heads,
 )
+from ...attention import attend
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
 
 __all__ = [
@@ -201,28 +201,28 @@ def _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_heads, tr
 
 def _mha_forgot_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
-    return merge_heads(scaled_dot_product_attention(q, k, v))
+    return merge_heads(attend(q, k, v)[0])
 
 
 def _mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_view_without_transpose)
-    return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+    return merge_reshape_without_transpose(attend(q, k, v)[0]) @ o_weight.T
 
 
 def _mha_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, split=split_view_without_transpose)
-    return merge_heads(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+    return merge_heads(attend(q, k, v)[0]) @ o_weight.T
 
 
 def _mha_merge_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
-    return merge_reshape_without_transpose(scaled_dot_product_attention(q, k, v)) @ o_weight.T
+    return merge_reshape_without_transpose(attend(q, k, v)[0]) @ o_weight.T
 
 
 def _mha_scale_d_model(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads)
     d_model = q_weight.shape[0]
-    return merge_heads(scaled_dot_product_attention(q, k, v, scale=d_model**-0.5)) @ o_weight.T
+    return merge_heads(attend(q, k, v, scale=d_model**-0.5)[0]) @ o_weight.T
 
 
 def _mha_one_head(x, q_weight, k_weight, v_weight, o_weight, num_heads):
@@ -237,7 +237,7 @@ def _mha_softmax_over_heads(x, q_weight, k_weight, v_weight, o_weight, num_heads
 
 def _mha_untransposed_weights(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     q, k, v = _mha_parts(x, q_weight, k_weight, v_weight, num_heads, transpose_weights=False)
-    return merge_heads(scaled_dot_product_attention(q, k, v)) @ o_weight
+    return merge_heads(attend(q, k, v)[0]) @ o_weight
 
 
 MHA_MISCONCEPTIONS = (

@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...examples import TELESCOPE_SENTENCE, sentence_embeddings
 from ...mha import MultiHeadSelfAttention
 from ...teaching.explorer import SLIDER, Explorer, divisors, seeded, set_options, to_numpy
@@ -109,7 +109,7 @@ def check_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = 
 
 def check_d_model(d_model: object) -> int:
     """``d_model`` of the heads and MHSA explorers: an int in [1, 64]."""
-    return check_int("d_model", d_model, 1, 64)
+    return expect_int("d_model", d_model, 1, 64)
 
 
 class _HeadsExplorer(Explorer):
@@ -138,8 +138,8 @@ class _HeadsExplorer(Explorer):
 
     def _check(self, values):
         check_num_heads("num_heads", values["num_heads"], self.d_model)
-        check_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
-        check_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
+        expect_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
+        expect_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
 
     def _compute(self, values):
         heads, n = values["num_heads"], values["seq_len"]
@@ -199,6 +199,6 @@ def heads_explorer(d_model: int = 12, *, num_heads: int = 2, seq_len: int = 6, h
     """
     d_model = check_d_model(d_model)
     num_heads = check_num_heads("num_heads", num_heads, d_model)
-    check_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
-    check_int("head", head, 1, num_heads, " (one of the heads)")
+    expect_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
+    expect_int("head", head, 1, num_heads, " (one of the heads)")
     return _HeadsExplorer(d_model, num_heads, int(seq_len), int(head))

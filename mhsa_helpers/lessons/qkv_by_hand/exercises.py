@@ -237,7 +237,7 @@ def uniform_weight() -> float:
     ex = examples.money_bank_grows()
     q, v = ex.embeddings @ ex.w_q[0], ex.embeddings @ ex.w_v[0]
     k = ex.embeddings @ torch.zeros_like(ex.w_k[0])
-    _, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+    _, weights = scaled_dot_product_attention(q, k, v, need_weights=True)
     return float(weights[1, 0])
 
 
@@ -369,7 +369,7 @@ HEAD_INPUTS = ("x", "w_q", "w_k", "w_v")
 def attention_head(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> tuple:
     """One head in the paper's layout: ``x (..., seq, d_in)``, ``w_q, w_k (d_in, d_k)``, ``w_v (d_in, d_v)``
     -> output ``(..., seq, d_v)`` and weights ``(..., seq, seq)``, through the package's attention."""
-    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, return_weights=True)
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, need_weights=True)
 
 
 def _head(x, w_q, w_k, w_v, *, divide_by=None, dim=-1, layout="paper", key=None, values=None, scores_only=False):

@@ -8,9 +8,9 @@ import math
 import ipywidgets as widgets
 
 from ...attention import attention_scores, scaled_dot_product_attention
-from ...checks import check_int
+from ...checks import expect_int, expect_number
 from ...examples import money_bank_grows
-from ...teaching.explorer import Explorer, check_number, log_slider, to_numpy
+from ...teaching.explorer import Explorer, log_slider, to_numpy
 from ...teaching.figures import Heatmap
 
 __all__ = ["qkv_explorer"]
@@ -37,8 +37,8 @@ class _QKVExplorer(Explorer):
         super().__init__(controls, title="Money Bank Grows: Q·Kᵀ/√d_k, then softmax")
 
     def _check(self, values):
-        check_int("head", values["head"], 1, 2, " (the example has two heads)")
-        check_number("score_scale", values["score_scale"], 0.1, 1000.0)
+        expect_int("head", values["head"], 1, 2, " (the example has two heads)")
+        expect_number("score_scale", values["score_scale"], 0.1, 1000.0)
 
     def _compute(self, values):
         ex, h, scale = self.example, values["head"] - 1, float(values["score_scale"])
@@ -47,7 +47,7 @@ class _QKVExplorer(Explorer):
         v = ex.embeddings @ ex.w_v[h]
         d_k = q.shape[-1]
         scaled = scale / math.sqrt(d_k)
-        output, weights = scaled_dot_product_attention(q, k, v, scale=scaled, return_weights=True)
+        output, weights = scaled_dot_product_attention(q, k, v, scale=scaled, need_weights=True)
         return {
             "tokens": list(ex.tokens),
             "head": values["head"],
@@ -122,6 +122,6 @@ def qkv_explorer(*, head: int = 1, score_scale: float = 1.0) -> Explorer:
     it sharpen. data: ``tokens``, ``q``, ``k``, ``v`` (3, 3), ``scores`` (3, 3) (after scaling),
     ``weights`` (3, 3), ``output`` (3, 3).
     """
-    head = check_int("head", head, 1, 2, " (the example has two heads)")
-    check_number("score_scale", score_scale, 0.1, 1000.0)
+    head = expect_int("head", head, 1, 2, " (the example has two heads)")
+    expect_number("score_scale", score_scale, 0.1, 1000.0)
     return _QKVExplorer(head, float(score_scale))

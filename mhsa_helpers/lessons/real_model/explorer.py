@@ -13,7 +13,7 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_choice, check_int
+from ...checks import expect_choice, expect_int
 from ...teaching.explorer import SLIDER, Explorer
 from ...teaching.figures import Heatmap
 from .tools import load_model
@@ -71,9 +71,9 @@ class _RealAttentionExplorer(Explorer):
         super().__init__(controls, title="The real model's attention: pick a layer, a head and a sentence")
 
     def _check(self, values: dict[str, Any]) -> None:
-        check_int("layer", values["layer"], 0, self.num_layers - 1, f" (the model has {self.num_layers} layers)")
-        check_int("head", values["head"], 0, self.num_heads - 1, f" (each layer has {self.num_heads} heads)")
-        check_choice("sentence", values["sentence"], PRESET_SENTENCES)
+        expect_int("layer", values["layer"], 0, self.num_layers - 1, f" (the model has {self.num_layers} layers)")
+        expect_int("head", values["head"], 0, self.num_heads - 1, f" (each layer has {self.num_heads} heads)")
+        expect_choice("sentence", values["sentence"], PRESET_SENTENCES)
 
     def _compute(self, values: dict[str, Any]) -> dict[str, Any]:
         layer, head, sentence = int(values["layer"]), int(values["head"]), values["sentence"]
@@ -132,7 +132,7 @@ def real_attention_explorer(*, sentence: str = PRESET_SENTENCES[3], layer: int =
     ``first_token`` and ``previous_token`` (that head's mean weight on each), ``layer``, ``head``, ``sentence``."""
     model, _ = load_model()
     config = model.config
-    check_int("layer", layer, 0, config.num_layers - 1, f" (the model has {config.num_layers} layers)")
-    check_int("head", head, 0, config.num_heads - 1, f" (each layer has {config.num_heads} heads)")
-    check_choice("sentence", sentence, PRESET_SENTENCES)
+    expect_int("layer", layer, 0, config.num_layers - 1, f" (the model has {config.num_layers} layers)")
+    expect_int("head", head, 0, config.num_heads - 1, f" (each layer has {config.num_heads} heads)")
+    expect_choice("sentence", sentence, PRESET_SENTENCES)
     return _RealAttentionExplorer(sentence, int(layer), int(head))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from ...teaching.figures import as_array, new_axes
 
@@ -50,8 +51,8 @@ def layer_head_maps(
         ax.set_yticks(range(0, layers, 2))
         ax.tick_params(labelsize=8)
         for layer, head in (marks or {}).get(title, ()):
-            ax.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.8))
-    bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
+            ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=1.8))
+    bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)  # type: ignore[arg-type]  # drawn above
     bar.set_label(colorbar, fontsize=9)
     bar.ax.tick_params(labelsize=8)
     return fig

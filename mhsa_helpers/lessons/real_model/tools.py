@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...real_model import CausalLM, ChatTokenizer, load_smollm2
 from ..induction_heads.scores import bos_score, induction_score, previous_token_score
 from ..induction_heads.task import InductionBatch, repeat_chunk
@@ -59,8 +59,8 @@ def check_heads(model: CausalLM, heads: object) -> list[tuple[int, int]]:
     for pair in heads:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"heads must hold (layer, head) pairs, got {pair!r}")
-        layer = check_int("layer", pair[0], 0, config.num_layers - 1, f" (the model has {config.num_layers} layers)")
-        head = check_int("head", pair[1], 0, config.num_heads - 1, f" (each layer has {config.num_heads} heads)")
+        layer = expect_int("layer", pair[0], 0, config.num_layers - 1, f" (the model has {config.num_layers} layers)")
+        head = expect_int("head", pair[1], 0, config.num_heads - 1, f" (each layer has {config.num_heads} heads)")
         pairs.append((layer, head))
     return pairs
 
@@ -88,8 +88,8 @@ def ablate_heads(model: CausalLM, heads: Sequence[tuple[int, int]]) -> Iterator[
 
     try:
         for layer, chosen in by_layer.items():
-            block = model.blocks[layer]
-            handles.append(block.attn.out_proj.register_forward_pre_hook(zero_heads(chosen)))
+            out_proj: torch.nn.Module = model.blocks[layer].attn.out_proj  # type: ignore[union-attr, assignment]  # a LlamaBlock's
+            handles.append(out_proj.register_forward_pre_hook(zero_heads(chosen)))
         yield
     finally:
         for handle in handles:
@@ -102,9 +102,9 @@ def random_repeated_batch(
     """``batch`` sequences of ``1 + 2 * repeat_len`` tokens: one random token, then ``repeat_len``
     random tokens, then the same ``repeat_len`` again (notebook 07's task with ``first_start = 1``).
     Tokens are drawn uniformly from ``[FIRST_ORDINARY_TOKEN, vocab_size)``. ``tokens (batch, seq)``."""
-    check_int("batch", batch, 1)
-    check_int("repeat_len", repeat_len, 2)
-    check_int("vocab_size", vocab_size, FIRST_ORDINARY_TOKEN + 2)
+    expect_int("batch", batch, 1)
+    expect_int("repeat_len", repeat_len, 2)
+    expect_int("vocab_size", vocab_size, FIRST_ORDINARY_TOKEN + 2)
     noise = torch.randint(FIRST_ORDINARY_TOKEN, vocab_size, (batch, 1 + 2 * repeat_len), generator=generator)
     first_start = torch.ones(batch, dtype=torch.long)
     lengths = torch.full((batch,), repeat_len)
@@ -175,6 +175,6 @@ def head_score_maps(weights: Sequence[torch.Tensor], data: InductionBatch) -> di
 
 def top_heads(scores: torch.Tensor, k: int) -> list[tuple[int, int]]:
     """The ``k`` ``(layer, head)`` pairs with the highest values of ``scores (layers, heads)``, best first."""
-    check_int("k", k, 1, scores.numel())
+    expect_int("k", k, 1, scores.numel())
     heads = scores.shape[1]
     return [(int(i) // heads, int(i) % heads) for i in scores.reshape(-1).topk(k).indices]

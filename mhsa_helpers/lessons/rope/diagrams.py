@@ -9,7 +9,7 @@ import math
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch
 
-from ...checks import check_int, check_positive_number
+from ...checks import expect_int, expect_number
 from ...rope import rope_frequencies
 from ...teaching.diagrams import ROLE_COLORS, Canvas
 
@@ -20,11 +20,11 @@ def rotating_pairs_diagram(d_head: int = 8, base: float = 10000.0, positions: in
     """One row per position ``m`` (0 to ``positions - 1``), one dial per pair of features
     ``(2i, 2i + 1)``: the hand points at angle ``m·θ_i`` with ``θ_i = base^(-2i/d_head)``, the
     rotation RoPE applies to that pair of a vector that points along the first feature."""
-    d_head = check_int("d_head", d_head, 2, 16)
+    d_head = expect_int("d_head", d_head, 2, 16)
     if d_head % 2:
         raise ValueError(f"d_head must be even (RoPE turns pairs of features), got d_head={d_head}")
-    base = check_positive_number("base", base)
-    positions = check_int("positions", positions, 1, 8)
+    base = expect_number("base", base, 0.0, open_low=True)
+    positions = expect_int("positions", positions, 1, 8)
     thetas = rope_frequencies(d_head, base=base).tolist()
     pairs = d_head // 2
     cell = 2.6

@@ -7,9 +7,9 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from ...checks import check_int
+from ...checks import expect_int, expect_number
 from ...rope import rope_frequencies
-from ...teaching.explorer import SLIDER, Explorer, check_number, log_slider
+from ...teaching.explorer import SLIDER, Explorer, log_slider
 from .figures import (
     arrow_label_position,
     rope_frequencies_plot,
@@ -55,9 +55,9 @@ class _RopeExplorer(Explorer):
         super().__init__(controls, title=f"Rotary position embeddings (d_head = {d_head})")
 
     def _check(self, values):
-        check_number("base", values["base"], 10.0, 1e6)
-        check_int("offset", values["offset"], 0, 256)
-        check_int(
+        expect_number("base", values["base"], 10.0, 1e6)
+        expect_int("offset", values["offset"], 0, 256)
+        expect_int(
             "pair_index",
             values["pair_index"],
             0,
@@ -164,12 +164,12 @@ def rope_explorer(
     data: ``frequencies`` (d_head/2,), ``positions``, ``angles`` (radians, ``positions * theta``),
     ``rotated`` (num_positions, 2), ``distances``, ``scores`` (max_distance + 1,).
     """
-    check_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
+    expect_int("d_head", d_head, 2, 256, " (RoPE rotates pairs of features)")
     if d_head % 2:
         raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got d_head={d_head!r}")
-    check_number("base", base, 10.0, 1e6)
-    check_int("offset", offset, 0, 256)
-    check_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
-    check_int("num_positions", num_positions, 1, 16)
-    check_int("max_distance", max_distance, 1, 1024)
+    expect_number("base", base, 10.0, 1e6)
+    expect_int("offset", offset, 0, 256)
+    expect_int("pair_index", pair_index, 0, d_head // 2 - 1, f" (d_head={d_head} has {d_head // 2} pairs)")
+    expect_int("num_positions", num_positions, 1, 16)
+    expect_int("max_distance", max_distance, 1, 1024)
     return _RopeExplorer(int(d_head), float(base), int(offset), int(pair_index), int(num_positions), int(max_distance))

@@ -12,7 +12,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.patches import Circle
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...rope import ROPE_CONVENTIONS, RotaryEmbedding, rope_frequencies
 from ...teaching.figures import as_array, new_axes
 
@@ -33,10 +33,10 @@ def rotate_pair(vector, *, base: float, d_head: int, pair_index: int, positions:
     vec = as_array("vector", vector)
     if vec.shape != (2,):
         raise ValueError(f"vector must have shape (2,) (one pair of features), got shape {vec.shape}")
-    d_head = check_int("d_head", d_head, 2)
+    d_head = expect_int("d_head", d_head, 2)
     if d_head % 2:
         raise ValueError(f"d_head must be even for RoPE (features are rotated in pairs), got d_head={d_head}")
-    pair_index = check_int("pair_index", pair_index, 0, d_head // 2 - 1)
+    pair_index = expect_int("pair_index", pair_index, 0, d_head // 2 - 1)
     positions = _check_positions(positions)
     rope = RotaryEmbedding(d_head, max_seq_len=max(positions) + 1, base=base)
     x = torch.zeros(len(positions), d_head, dtype=torch.float64)
@@ -55,7 +55,7 @@ def _check_positions(positions: Sequence[int]) -> list[int]:
         raise TypeError(f"positions must be a list of ints, got {type(positions).__name__}") from None
     if not positions:
         raise ValueError("positions must hold at least one position, got an empty list")
-    return [check_int(f"positions[{i}]", p, 0) for i, p in enumerate(positions)]
+    return [expect_int(f"positions[{i}]", p, 0) for i, p in enumerate(positions)]
 
 
 def arrow_label_position(x: float, y: float) -> tuple[float, float]:
@@ -120,7 +120,7 @@ def rope_frequencies_plot(d_head: int, base: float, *, ax: Axes | None = None, h
     """
     thetas = rope_frequencies(d_head, base).double().numpy()
     if highlight is not None:  # checked before a figure is opened, so bad input leaves none behind
-        highlight = check_int("highlight", highlight, 0, len(thetas) - 1)
+        highlight = expect_int("highlight", highlight, 0, len(thetas) - 1)
     if ax is None:
         ax = new_axes((3.6, 2.8))
     pairs = np.arange(len(thetas))
@@ -150,8 +150,8 @@ def rope_scores(
     d_head = q_arr.size
     if d_head % 2:
         raise ValueError(f"q must have an even size d_head for RoPE (pairs of features), got d_head={d_head}")
-    max_distance = check_int("max_distance", max_distance, 0)
-    offset = check_int("offset", offset, 0)
+    max_distance = expect_int("max_distance", max_distance, 0)
+    offset = expect_int("offset", offset, 0)
     if convention not in ROPE_CONVENTIONS:
         raise ValueError(f"convention must be one of {ROPE_CONVENTIONS}, got {convention!r}")
     rope = RotaryEmbedding(d_head, max_seq_len=offset + max_distance + 1, base=base, convention=convention)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ...checks import check_int
+from ...checks import expect_int
 from ...teaching.diagrams import Canvas
 
 __all__ = ["matrix_products_diagram"]
@@ -15,9 +15,9 @@ def matrix_products_diagram(seq: int = 6, d_k: int = 4, d_v: int = 3) -> Figure:
     """Top row: ``Q`` (seq, d_k) times ``Kᵀ`` (d_k, seq) is the score table ``S`` (seq, seq) — the
     inner sizes ``d_k`` meet and disappear. Bottom row: ``A = softmax(S / √d_k)`` per row, times
     ``V`` (seq, d_v), is the output (seq, d_v). One query (row 0) is highlighted all the way through."""
-    seq = check_int("seq", seq, 1, 12)
-    d_k = check_int("d_k", d_k, 1, 12)
-    d_v = check_int("d_v", d_v, 1, 12)
+    seq = expect_int("seq", seq, 1, 12)
+    d_k = expect_int("d_k", d_k, 1, 12)
+    d_v = expect_int("d_v", d_v, 1, 12)
 
     def row0(rows: int, cols: int, role: str, highlight: str = "new") -> list[list[str]]:
         return [[highlight if i == 0 else role for _ in range(cols)] for i in range(rows)]

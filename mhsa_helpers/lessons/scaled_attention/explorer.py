@@ -8,10 +8,10 @@ import math
 import ipywidgets as widgets
 
 from ...attention import attention_scores
-from ...checks import check_choice, check_int
+from ...checks import expect_bool, expect_choice, expect_int
 from ...examples import sentence_embeddings
 from ...softmax import softmax
-from ...teaching.explorer import SLIDER, Explorer, check_bool, to_numpy
+from ...teaching.explorer import SLIDER, Explorer, to_numpy
 from ...teaching.figures import SCORES_CMAP, Heatmap
 
 __all__ = ["SCALING_SENTENCES", "SCORE_LIMIT", "scaling_explorer"]
@@ -42,9 +42,9 @@ class _ScalingExplorer(Explorer):
         super().__init__(controls, title="Why divide the scores by √d_k?")
 
     def _check(self, values):
-        check_int("d_k", values["d_k"], 1, 512)
-        check_choice("sentence", values["sentence"], SCALING_SENTENCES)
-        check_bool("scaled", values["scaled"])
+        expect_int("d_k", values["d_k"], 1, 512)
+        expect_choice("sentence", values["sentence"], SCALING_SENTENCES)
+        expect_bool("scaled", values["scaled"])
 
     def _compute(self, values):
         d_k, sentence, scaled = values["d_k"], values["sentence"], values["scaled"]
@@ -132,7 +132,7 @@ def scaling_explorer(*, d_k: int = 64, sentence: str = SCALING_SENTENCES[1], sca
     data: ``tokens``, ``q``, ``k`` (seq, d_k), ``scores`` and ``weights`` (seq, seq),
     ``score_std`` (population std of the scores), ``expected_std`` (``√d_k`` or 1).
     """
-    check_int("d_k", d_k, 1, 512)
-    check_choice("sentence", sentence, SCALING_SENTENCES)
-    scaled = check_bool("scaled", scaled)
+    expect_int("d_k", d_k, 1, 512)
+    expect_choice("sentence", sentence, SCALING_SENTENCES)
+    scaled = expect_bool("scaled", scaled)
     return _ScalingExplorer(int(d_k), sentence, scaled)
