@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -210,7 +210,10 @@ def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = Tru
             "scores. This exercise asks for the boolean form, True = may attend.",
         ),
         # The same mistakes built from torch.ones without .bool(): a bool answer never matches a number one.
-        *[Misconception(m.name, _as_number_mask(m.implementation), m.hint) for m in mistakes],
+        *[
+            Misconception(m.name, _as_number_mask(cast(Callable[..., torch.Tensor], m.implementation)), m.hint)
+            for m in mistakes
+        ],
         Misconception(
             NUMBER_MASK_NAME,
             _as_number_mask(causal_mask),
@@ -274,14 +277,14 @@ def _causal_cases() -> list:
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The package's causal attention, bottom-right aligned: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
     ``v (..., seq_k, d_v)`` -> ``(..., seq_q, d_v)``."""
-    return scaled_dot_product_attention(q, k, v, is_causal=True)
+    return cast(torch.Tensor, scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 def _with_mask(make_mask: Callable[[int, int], torch.Tensor], guarded: bool) -> Callable[..., torch.Tensor]:
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         mask = make_mask(q.shape[-2], k.shape[-2])
         if guarded:  # the package's attention: a fully masked row gives zeros
-            return scaled_dot_product_attention(q, k, v, mask)
+            return cast(torch.Tensor, scaled_dot_product_attention(q, k, v, mask))
         scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1) @ v  # plain -inf: a fully masked row gives NaN
 
@@ -295,7 +298,7 @@ def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True)
     decoding one token, with batch and head axes. Values and the gradients reaching q, k and v are compared,
     and a wrong answer that lets an earlier output see a later token is named as such."""
     misconceptions = [
-        Misconception(m.name, _with_mask(m.implementation, guarded), m.hint)
+        Misconception(m.name, _with_mask(cast(Callable[[int, int], torch.Tensor], m.implementation), guarded), m.hint)
         for m in _offset_mistakes()
         for guarded in (True, False)
     ]

@@ -84,7 +84,7 @@ class AttentionOnlyTransformer(nn.Module):
         #: True when the layers are ``attention``'s modules rather than the package's.
         self.custom_attention = attention is not None
         if attention is None:
-            layers = [
+            layers: list[nn.Module] = [
                 MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, max_seq_len=max_seq_len)
                 for _ in range(num_layers)
             ]
@@ -194,7 +194,12 @@ def _checked_output(layer: nn.Module, result: object, x: torch.Tensor, heads: in
         f"weights (batch, heads, seq, seq) = {(batch, heads, seq, seq)})"
     )
     ok = isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)
-    if ok and tuple(result[0].shape) == (batch, seq, d_model) and tuple(result[1].shape) == (batch, heads, seq, seq):
+    if (
+        ok
+        and isinstance(result, tuple)
+        and tuple(result[0].shape) == (batch, seq, d_model)
+        and tuple(result[1].shape) == (batch, heads, seq, seq)
+    ):
         return result[0], result[1]
     given = (
         "(" + ", ".join(str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__ for t in result) + ")"

@@ -369,7 +369,8 @@ HEAD_INPUTS = ("x", "w_q", "w_k", "w_v")
 def attention_head(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> tuple:
     """One head in the paper's layout: ``x (..., seq, d_in)``, ``w_q, w_k (d_in, d_k)``, ``w_v (d_in, d_v)``
     -> output ``(..., seq, d_v)`` and weights ``(..., seq, seq)``, through the package's attention."""
-    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, need_weights=True)
+    output, weights = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, need_weights=True)
+    return output, weights
 
 
 def _head(x, w_q, w_k, w_v, *, divide_by=None, dim=-1, layout="paper", key=None, values=None, scores_only=False):
