@@ -9,6 +9,7 @@ conversions between pairing conventions happen to be the same permutation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -211,27 +212,48 @@ def _apply_cases() -> list[Case]:
             (torch.randn(1, 2, 17, 8, generator=g), torch.arange(3, 20), 10000.0),
             description="x (1, 2, seq=17, d_head=8), positions 3..19, base 10000",
         ),
-        # A query decoded after a cache: one row at position 9. And the default base, 10000.
-        Case((torch.randn(2, 3, 1, 8, generator=g), torch.tensor([9])), description="x (2, 3, 1, 8), position 9"),
+        # A query decoded after a cache: one row at position 9.
         Case(
-            (torch.randn(7, 6, generator=g), torch.arange(100, 107)),
-            description="x (seq=7, d_head=6), positions 100..106, base left at its default",
+            (torch.randn(2, 3, 1, 8, generator=g), torch.tensor([9]), 10000.0),
+            description="x (2, 3, 1, 8), position 9, base 10000",
         ),
     ]
 
 
 def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(x (..., seq, d_head), positions (seq,), base=10000.0) -> (..., seq, d_head)``
-    (interleaved pairs); the last case leaves ``base`` at its default."""
-    return check_function(
+    (interleaved pairs); once every case is right, a call without ``base`` must use 10000."""
+    result = check_function(
         "apply_rope",
         learner,
         _apply_reference,
         _apply_cases(),
         APPLY_MISCONCEPTIONS,
         shortcuts=("RotaryEmbedding", "apply_rotary"),
-        verbose=verbose,
+        verbose=False,
     )
+    if result.correct:
+        default = check_function(
+            "apply_rope",
+            learner,
+            _apply_reference,
+            [
+                Case(
+                    (torch.randn(7, 6, generator=torch.Generator().manual_seed(50)), torch.arange(100, 107)),
+                    description="x (seq=7, d_head=6), positions 100..106, base left out",
+                )
+            ],
+            verbose=False,
+        )
+        if not default.correct:
+            result = replace(
+                default,
+                message=f"[apply_rope] not yet: every case with a base is right, but called without one "
+                f"(my_apply_rope(x, positions)) your function should use base=10000.0: {default.message.split('] ', 1)[-1].removeprefix('not yet: ')}",
+            )
+    if verbose:
+        print(result.message)
+    return result
 
 
 # -------------------------------------------- RoPE inside attention: q, k only
