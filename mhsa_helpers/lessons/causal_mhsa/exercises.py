@@ -296,9 +296,7 @@ def _causal_settings() -> list[ModuleSetting]:
             "rope_base": rope_base,
             "max_seq_len": 64,
         }
-        return ModuleSetting(
-            (d_model, heads), kwargs, package, tuple(calls), {"causal": True, "rope_base": rope_base}
-        )
+        return ModuleSetting((d_model, heads), kwargs, package, tuple(calls), {"causal": True, "rope_base": rope_base})
 
     # split_at None: the full pass; p > 0: p tokens cached, the rest decoded in one call (need_weights=True);
     # 0: every token decoded on its own. 17 tokens: longer than a fixed (16, 16) mask or RoPE table.

@@ -38,7 +38,9 @@ def copy_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.
             "Notebook 11 loads such a model."
         )
     if theirs.rope is None:
-        raise ValueError("theirs has no RoPE (rope=False); MyCausalSelfAttention rotates q and k: build it with rope=True")
+        raise ValueError(
+            "theirs has no RoPE (rope=False); MyCausalSelfAttention rotates q and k: build it with rope=True"
+        )
     if theirs.rope.convention != "interleaved":
         raise ValueError(
             f"theirs rotates {theirs.rope.convention!r} pairs; MyCausalSelfAttention rotates interleaved pairs "

@@ -352,8 +352,7 @@ def check_parameter_prediction(answer: object, *, verbose: bool = True) -> Check
         Misconception(
             "every projection counted as d_model x d_model",
             lambda: _parameters(d_model, d_model),
-            "W_Q, W_K and W_V read the *input*: each is (d_out, d_in) = (64, 32), not (64, 64). Only W_O is "
-            "64 x 64.",
+            "W_Q, W_K and W_V read the *input*: each is (d_out, d_in) = (64, 32), not (64, 64). Only W_O is 64 x 64.",
         ),
         Misconception(
             "biases forgotten",

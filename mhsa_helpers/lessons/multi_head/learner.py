@@ -209,7 +209,9 @@ def check_prediction(
     computed by the package; ``mistakes`` are wrong predictions (functions of no arguments) with the
     reasoning that leads to them."""
     if answer is None or answer is Ellipsis:
-        result = CheckResult(exercise, "not_attempted", f"[{exercise}] not attempted yet: replace None by your prediction.")
+        result = CheckResult(
+            exercise, "not_attempted", f"[{exercise}] not attempted yet: replace None by your prediction."
+        )
         if verbose:
             print(result.message)
         return result
@@ -277,9 +279,20 @@ def _build(exercise: str, learner: Any, setting: ModuleSetting) -> nn.Module | C
             exercise, "error", f"[{exercise}] {built} raised {type(error).__name__}: {error}{_learner_line(error)}."
         )
     if module is None:
-        return CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {built} returned None — did you forget `return`?")
+        return CheckResult(
+            exercise, "incorrect", f"[{exercise}] not yet: {built} returned None — did you forget `return`?"
+        )
     if not isinstance(module, nn.Module):
-        return CheckResult(exercise, "error", f"[{exercise}] not yet: {built} gave {type(module).__name__}, not an nn.Module.")
+        return CheckResult(
+            exercise, "error", f"[{exercise}] not yet: {built} gave {type(module).__name__}, not an nn.Module."
+        )
+    if type(module).forward is nn.Module.forward:
+        return CheckResult(
+            exercise,
+            "error",
+            f"[{exercise}] not yet: {built} has no `forward` method: PyTorch calls "
+            "`forward(self, x, ...)` when the module is called.",
+        )
     missing = [p for p in PROJECTIONS if not isinstance(getattr(module, p, None), nn.Linear)]
     if missing:
         return CheckResult(
@@ -328,7 +341,9 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
     if isinstance(learner, nn.Module) or not callable(learner):
         what = f"a module made from {type(learner).__name__}" if isinstance(learner, nn.Module) else "no class"
         return CheckResult(
-            exercise, "error", f"[{exercise}] not yet: pass your nn.Module class itself (e.g. MyModule), you passed {what}."
+            exercise,
+            "error",
+            f"[{exercise}] not yet: pass your nn.Module class itself (e.g. MyModule), you passed {what}.",
         )
     generator = torch.Generator().manual_seed(seed)
     counted = 0
@@ -351,14 +366,20 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
         cases = []
         for batch, seq, split_at in setting.calls:
             x = torch.randn(batch, seq, theirs.d_in, generator=generator)
-            how = "full pass" if split_at is None else "token by token" if split_at == 0 else (
-                f"{split_at} tokens cached, then {seq - split_at} decoded in one call"
+            how = (
+                "full pass"
+                if split_at is None
+                else "token by token"
+                if split_at == 0
+                else (f"{split_at} tokens cached, then {seq - split_at} decoded in one call")
             )
             kwargs = {} if split_at is None else {"split_at": split_at}
             cases.append(Case((x,), kwargs, description=f"x {(batch, seq, theirs.d_in)}, {how}"))
         counted += len(cases)
         wrong = [
-            Misconception(name, functools.partial(run_variant, params, num_heads, **{**setting.variant, **switches}), hint)
+            Misconception(
+                name, functools.partial(run_variant, params, num_heads, **{**setting.variant, **switches}), hint
+            )
             for name, switches, hint in mistakes
         ]
 
@@ -366,7 +387,8 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
         def learner_call(x, split_at=None, _module=module):
             return run_module(_module, x, split_at)
 
-        learner_call.__wrapped__ = module  # type: ignore[attr-defined]  # errors point into the learner's forward
+        # Errors point into the learner's forward, and an argument changed in place is named after its parameter.
+        learner_call.__wrapped__ = module.forward  # type: ignore[attr-defined]
         result = check_function(
             exercise,
             learner_call,
@@ -387,8 +409,8 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
     return CheckResult(
         exercise,
         "correct",
-        f"[{exercise}] correct on all {counted} cases in {len(settings)} module sizes (the package's weights "
-        "copied in give the package's outputs), and gradients reach every weight.",
+        f"[{exercise}] correct: gradients reach every weight, and with the package's weights copied in your module "
+        f"gives the package's outputs in {len(settings)} module sizes, on all {counted} cases.",
     )
 
 
@@ -405,15 +427,21 @@ def _gradients_reach_every_weight(exercise, learner, setting, generator) -> Chec
             module(x).square().sum().backward()
         except Exception as error:  # e.g. a tensor the learner made with requires_grad in the wrong place
             return CheckResult(
-                exercise, "error", f"[{exercise}] backward through your module raised {type(error).__name__}: "
-                f"{error}{_learner_line(error)}."
+                exercise,
+                "error",
+                f"[{exercise}] backward through your module raised {type(error).__name__}: "
+                f"{error}{_learner_line(error)}.",
             )
     for name in PROJECTIONS:
         for part, parameter in getattr(module, name).named_parameters():
             label = f"self.{name}.{part}"
             if id(parameter) not in own:
-                return CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {label} is not among the "
-                                   "module's parameters(), so an optimizer would never train it.")
+                return CheckResult(
+                    exercise,
+                    "incorrect",
+                    f"[{exercise}] not yet: {label} is not among the "
+                    "module's parameters(), so an optimizer would never train it.",
+                )
             if parameter.grad is None or not bool(parameter.grad.abs().sum() > 0):
                 return CheckResult(
                     exercise,
