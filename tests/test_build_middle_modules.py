@@ -16,7 +16,9 @@ from torch import nn
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.causal_mhsa import check_mask_prediction, check_my_causal_self_attention, copy_package_weights
+from mhsa_helpers.lessons.causal_mhsa.exercises import CAUSAL_MODULE_MISTAKES
 from mhsa_helpers.lessons.multi_head import check_my_multi_head_attention, check_parameter_prediction
+from mhsa_helpers.lessons.multi_head.exercises import MHA_MODULE_MISTAKES
 from mhsa_helpers.lessons.multi_head.learner import attention_variant, package_parameters
 from mhsa_helpers.lessons.rope import check_apply_rope, check_score_prediction
 from test_wrong_answers import Wrong
@@ -402,3 +404,53 @@ def test_copy_package_weights_refuses_what_it_cannot_copy(theirs, mine, words):
 def test_copy_package_weights_names_the_wrong_argument_types():
     with pytest.raises(TypeError, match="theirs must be a mhsa_helpers.MultiHeadSelfAttention"):
         copy_package_weights(causal_module()(8, 2), nn.MultiheadAttention(8, 2))
+
+
+# ------------------------------------------------------------------ every known module mistake is told apart
+
+
+def variant_module(decoder, **switches):
+    """A module that computes attention_variant with ``switches`` from its own layers, with any cache
+    that holds ``keys`` and ``values`` (the package's KVCache)."""
+
+    class Variant(nn.Module):
+        def __init__(self, *args, d_in=None, bias=True, rope_base=10000.0):
+            super().__init__()
+            d_in, d_model, num_heads = args if len(args) == 3 else (d_in or args[0], *args)
+            self.w_q, self.w_k, self.w_v = (nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
+            self.w_o = nn.Linear(d_model, d_model, bias=bias)
+            self.num_heads, self.rope_base = num_heads, rope_base
+
+        def forward(self, x, cache=None, need_weights=False):
+            params = {}
+            for name in ("q", "k", "v", "o"):
+                params[f"w_{name}"], params[f"b_{name}"] = (
+                    getattr(self, f"w_{name}").weight,
+                    getattr(self, f"w_{name}").bias,
+                )
+            past = None if cache is None or cache.length == 0 else (cache.keys, cache.values)
+            options = {"causal": True, "rope_base": self.rope_base} if decoder else {}
+            out, weights, k, v = attention_variant(params, x, self.num_heads, past_kv=past, **{**options, **switches})
+            if cache is not None:
+                start = cache.length
+                cache.append(k[..., start:, :], v[..., start:, :])
+            return (out, weights) if need_weights else out
+
+    return Variant
+
+
+def test_the_variant_module_without_a_mistake_is_right():
+    assert check_my_multi_head_attention(variant_module(False), verbose=False).correct
+    assert check_my_causal_self_attention(variant_module(True), verbose=False).correct
+
+
+@pytest.mark.parametrize(("name", "switches"), [(m[0], m[1]) for m in MHA_MODULE_MISTAKES])
+def test_every_multi_head_module_mistake_is_named_as_itself(name, switches):
+    result = check_my_multi_head_attention(variant_module(False, **switches), verbose=False)
+    assert result.misconception == name, result.message
+
+
+@pytest.mark.parametrize(("name", "switches"), [(m[0], m[1]) for m in CAUSAL_MODULE_MISTAKES])
+def test_every_causal_module_mistake_is_named_as_itself(name, switches):
+    result = check_my_causal_self_attention(variant_module(True, **switches), verbose=False)
+    assert result.misconception == name, result.message
