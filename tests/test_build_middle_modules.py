@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from test_wrong_answers import Wrong
 from torch import nn
 
 import mhsa_helpers as mh
@@ -21,7 +22,6 @@ from mhsa_helpers.lessons.multi_head import check_my_multi_head_attention, check
 from mhsa_helpers.lessons.multi_head.exercises import MHA_MODULE_MISTAKES
 from mhsa_helpers.lessons.multi_head.learner import attention_variant, package_parameters
 from mhsa_helpers.lessons.rope import check_apply_rope, check_score_prediction
-from test_wrong_answers import Wrong
 
 # ------------------------------------------------------------------ the learner's pieces
 
@@ -402,7 +402,7 @@ def test_copy_package_weights_refuses_what_it_cannot_copy(theirs, mine, words):
 
 
 def test_copy_package_weights_names_the_wrong_argument_types():
-    with pytest.raises(TypeError, match="theirs must be a mhsa_helpers.MultiHeadSelfAttention"):
+    with pytest.raises(TypeError, match=r"theirs must be a mhsa_helpers\.MultiHeadSelfAttention"):
         copy_package_weights(causal_module()(8, 2), nn.MultiheadAttention(8, 2))
 
 

@@ -314,7 +314,8 @@ CATALOGUE = [
         lambda q, k, v, p, base: sdpa_weights(rotate(q, p, base), rotate(k, p, base)) @ rotate(v, p, base),
     ),
     Wrong(check_rope_attention, "no RoPE at all", lambda q, k, v, p, base: sdpa_weights(q, k) @ v),
-    # ----------------------------------------------------------- 06 decoding with a cache (the modules: test_build_middle_modules)
+    # ----------------------------------------------------------- 06 decoding with a cache
+    # (the learner's modules and the predictions: test_build_middle_modules)
     Wrong(
         check_attend_with_cache,
         "positions restart at 0",

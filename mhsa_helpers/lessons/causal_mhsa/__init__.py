@@ -4,8 +4,8 @@ its explorer (``explorer``) and its diagram (``diagrams``)."""
 from ..multi_head.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from .diagrams import kv_cache_diagram, transformer_block_diagram
 from .exercises import check_attend_with_cache, check_mask_prediction, check_my_causal_self_attention
-from .learner import copy_package_weights
 from .explorer import mhsa_explorer
+from .learner import copy_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",

@@ -9,8 +9,8 @@ from .exercises import (
     check_parameter_prediction,
     check_split_heads,
 )
-from .learner import load_package_weights
 from .explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED, heads_explorer
+from .learner import load_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",

@@ -388,7 +388,7 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
             return run_module(_module, x, split_at)
 
         # Errors point into the learner's forward, and an argument changed in place is named after its parameter.
-        learner_call.__wrapped__ = module.forward  # type: ignore[attr-defined]
+        learner_call.__wrapped__ = module.forward  # type: ignore[attr-defined]  # read by inspect.unwrap
         result = check_function(
             exercise,
             learner_call,

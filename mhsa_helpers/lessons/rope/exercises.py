@@ -246,10 +246,11 @@ def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = Tr
             verbose=False,
         )
         if not default.correct:
+            detail = default.message.split("] ", 1)[-1].removeprefix("not yet: ")
             result = replace(
                 default,
-                message=f"[apply_rope] not yet: every case with a base is right, but called without one "
-                f"(my_apply_rope(x, positions)) your function should use base=10000.0: {default.message.split('] ', 1)[-1].removeprefix('not yet: ')}",
+                message="[apply_rope] not yet: every case with a base is right, but called without one "
+                f"(my_apply_rope(x, positions)) your function should use base=10000.0: {detail}",
             )
     if verbose:
         print(result.message)
