@@ -454,3 +454,35 @@ def test_every_multi_head_module_mistake_is_named_as_itself(name, switches):
 def test_every_causal_module_mistake_is_named_as_itself(name, switches):
     result = check_my_causal_self_attention(variant_module(True, **switches), verbose=False)
     assert result.misconception == name, result.message
+
+
+def test_a_forward_without_the_cache_is_told_the_signature():
+    result = check_my_causal_self_attention(
+        lambda d_model, num_heads, **kwargs: multi_head_module()(d_model, d_model, num_heads), verbose=False
+    )
+    assert result.status == "incorrect"
+    assert "forward(self, x, cache=None, need_weights=False)" in result.message
+
+
+def test_positions_mixed_in_an_unlisted_way_are_named_by_their_symptom():
+    class QueriesViewedOnly(multi_head_module()):
+        def forward(self, x):
+            q = split(self.w_q(x), self.num_heads, view_only=True)  # only the queries mixed
+            k, v = split(self.w_k(x), self.num_heads), split(self.w_v(x), self.num_heads)
+            weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+            return self.w_o(merge(weights @ v))
+
+    result = check_my_multi_head_attention(QueriesViewedOnly, verbose=False)
+    assert result.misconception == "positions mixed: reversing the tokens does not reverse the outputs", result.message
+
+
+def test_a_leak_from_the_future_in_an_unlisted_way_is_named_by_its_symptom():
+    class LastTokenSeesAll(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            out = super().forward(x, cache, need_weights)
+            if cache is None and not need_weights:
+                out = out + 0.1 * x[:, -1:, :1].sum()  # every output peeks at the last token
+            return out
+
+    result = check_my_causal_self_attention(LastTokenSeesAll, verbose=False)
+    assert result.misconception == "not causal: changing a later token changes an earlier output", result.message

@@ -12,6 +12,7 @@ weights by :func:`attention_variant`, one switch per mistake.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import traceback
 from collections.abc import Callable, Sequence
@@ -351,6 +352,17 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
         module = _build(exercise, learner, setting)
         if isinstance(module, CheckResult):
             return module
+        if any(split_at is not None for *_, split_at in setting.calls):
+            signature = inspect.signature(module.forward)
+            try:
+                signature.bind(None, cache=None, need_weights=False)
+            except TypeError:
+                return CheckResult(
+                    exercise,
+                    "incorrect",
+                    f"[{exercise}] not yet: your forward takes {signature}; it must also take the cache and "
+                    "need_weights: forward(self, x, cache=None, need_weights=False).",
+                )
         theirs = MultiHeadSelfAttention(**setting.package_kwargs)
         with torch.no_grad():  # random biases, so that a forgotten bias shows
             for parameter in theirs.parameters():
