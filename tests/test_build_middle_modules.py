@@ -411,7 +411,7 @@ def test_copy_package_weights_names_the_wrong_argument_types():
 
 def variant_module(decoder, **switches):
     """A module that computes attention_variant with ``switches`` from its own layers, with any cache
-    that holds ``keys`` and ``values`` (the package's KVCache)."""
+    of the contract (``length`` and ``append``)."""
 
     class Variant(nn.Module):
         def __init__(self, *args, d_in=None, bias=True, rope_base=10000.0):
@@ -428,7 +428,10 @@ def variant_module(decoder, **switches):
                     getattr(self, f"w_{name}").weight,
                     getattr(self, f"w_{name}").bias,
                 )
-            past = None if cache is None or cache.length == 0 else (cache.keys, cache.values)
+            past = None
+            if cache is not None and cache.length:  # all keys and values so far, through the contract's append
+                empty = torch.zeros(x.shape[0], self.num_heads, 0, self.w_q.out_features // self.num_heads)
+                past = cache.append(empty, empty)
             options = {"causal": True, "rope_base": self.rope_base} if decoder else {}
             out, weights, k, v = attention_variant(params, x, self.num_heads, past_kv=past, **{**options, **switches})
             if cache is not None:
@@ -486,3 +489,15 @@ def test_a_leak_from_the_future_in_an_unlisted_way_is_named_by_its_symptom():
 
     result = check_my_causal_self_attention(LastTokenSeesAll, verbose=False)
     assert result.misconception == "not causal: changing a later token changes an earlier output", result.message
+
+
+def test_a_module_that_needs_more_of_the_cache_than_the_contract_is_told_at_its_line():
+    class ReadsKeys(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            if cache is not None and cache.length:
+                assert cache.keys is not None  # the package's KVCache has .keys; the contract does not
+            return super().forward(x, cache, need_weights)
+
+    result = check_my_causal_self_attention(ReadsKeys, verbose=False)
+    assert result.status == "error" and "CacheWithLengthAndAppend" in result.message
+    assert "`assert cache.keys is not None" in result.message

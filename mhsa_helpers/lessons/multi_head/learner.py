@@ -26,12 +26,15 @@ from ... import KVCache, MultiHeadSelfAttention, RotaryEmbedding, causal_mask, m
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
 
 __all__ = [
+    "CacheWithLengthAndAppend",
     "ModuleSetting",
     "attention_variant",
     "check_module",
     "check_prediction",
     "load_package_weights",
     "package_parameters",
+    "run_module",
+    "run_variant",
 ]
 
 PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
@@ -181,12 +184,30 @@ def run_variant(
     return out, weights
 
 
-def run_module(module: Callable[..., Any], x: torch.Tensor, split_at: int | None = None) -> Any:
-    """The same call on a real module (the learner's or the package's), with a fresh
-    :class:`~mhsa_helpers.KVCache` for the cached calls."""
+class CacheWithLengthAndAppend:
+    """The smallest cache the learner's module must work with (notebook 06's contract): ``length``, the
+    number of tokens held, and ``append(k, v)``, which adds ``(batch, heads, new, d_head)`` keys and values
+    and returns all of them so far. Nothing else: a module that needs more fails at its own line."""
+
+    def __init__(self) -> None:
+        self.length = 0
+        self._held: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._held is not None:
+            k, v = torch.cat((self._held[0], k), dim=-2), torch.cat((self._held[1], v), dim=-2)
+        self._held, self.length = (k, v), k.shape[-2]
+        return k, v
+
+
+def run_module(
+    module: Callable[..., Any], x: torch.Tensor, split_at: int | None = None, *, cache_type: type = KVCache
+) -> Any:
+    """The same call on a real module (the learner's, with a :class:`CacheWithLengthAndAppend`, or the
+    package's, with a :class:`~mhsa_helpers.KVCache`), with a fresh cache for the cached calls."""
     if split_at is None:
         return module(x)
-    cache = KVCache()
+    cache = cache_type()
     if split_at == 0:
         return torch.cat([module(x[..., t : t + 1, :], cache=cache) for t in range(x.shape[-2])], dim=-2)
     module(x[..., :split_at, :], cache=cache)
@@ -397,7 +418,7 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
 
         @functools.wraps(run_module)
         def learner_call(x, split_at=None, _module=module):
-            return run_module(_module, x, split_at)
+            return run_module(_module, x, split_at, cache_type=CacheWithLengthAndAppend)
 
         # Errors point into the learner's forward, and an argument changed in place is named after its parameter.
         learner_call.__wrapped__ = module.forward  # type: ignore[attr-defined]  # read by inspect.unwrap
