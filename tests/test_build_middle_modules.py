@@ -501,3 +501,13 @@ def test_a_module_that_needs_more_of_the_cache_than_the_contract_is_told_at_its_
     result = check_my_causal_self_attention(ReadsKeys, verbose=False)
     assert result.status == "error" and "CacheWithLengthAndAppend" in result.message
     assert "`assert cache.keys is not None" in result.message
+
+
+def test_the_module_checker_gives_back_the_number_of_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        check_my_multi_head_attention(multi_head_module(), verbose=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

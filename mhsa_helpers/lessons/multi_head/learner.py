@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ... import KVCache, MultiHeadSelfAttention, RotaryEmbedding, causal_mask, merge_heads, split_heads
+from ... import KVCache, MultiHeadSelfAttention, RotaryEmbedding, merge_heads, split_heads
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
 
 __all__ = [
@@ -142,19 +142,26 @@ def attention_variant(
     positions = torch.arange(first, first + seq)
     if rope_base is not None and rope_before_split:
         rope = RotaryEmbedding(d_model, first + seq, rope_base, convention)
-        q, k, v = (rope(t, positions) if name in rope_on else t for name, t in zip("qkv", (q, k, v), strict=True))
+        q, k, v = (
+            rope.rotate_unchecked(t, positions) if name in rope_on else t
+            for name, t in zip("qkv", (q, k, v), strict=True)
+        )
     splitter = split_heads if split == "view+transpose" else _split_view
     q, k, v = splitter(q, num_heads), splitter(k, num_heads), splitter(v, num_heads)
     if rope_base is not None and not rope_before_split:
         rope = RotaryEmbedding(d_head, first + seq, rope_base, convention)
-        q, k, v = (rope(t, positions) if name in rope_on else t for name, t in zip("qkv", (q, k, v), strict=True))
+        q, k, v = (
+            rope.rotate_unchecked(t, positions) if name in rope_on else t
+            for name, t in zip("qkv", (q, k, v), strict=True)
+        )
     if past_kv is not None:
         k, v = torch.cat((past_kv[0], k), dim=-2), torch.cat((past_kv[1], v), dim=-2)
     scale = d_head**-0.5 if scale_by == "d_head" else d_model**-0.5
     scores = q @ k.transpose(-2, -1) * scale
     if causal:
         total = k.shape[-2]
-        mask = causal_mask(seq, total) if offset_mask else torch.ones(seq, total, dtype=torch.bool).tril()
+        # The package's causal_mask(seq, total), built here without its argument checks (this runs often).
+        mask = torch.ones(seq, total, dtype=torch.bool).tril(diagonal=total - seq if offset_mask else 0)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=softmax_dim)
     heads = weights @ v
@@ -353,7 +360,13 @@ def check_module(
     ``mistakes`` are ``(name, switches of attention_variant, hint)``; ``probes`` are misconceptions known
     by a symptom: each is made for a setting from its ``d_in``, and its ``detect`` gets a function
     ``run(x, split_at=None)`` of the learner's module."""
-    result = _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts, loader)
+    threads = torch.get_num_threads()
+    # Hundreds of tiny tensors: one thread runs them faster than several that wait on each other.
+    torch.set_num_threads(1)
+    try:
+        result = _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts, loader)
+    finally:
+        torch.set_num_threads(threads)
     if verbose:
         print(result.message)
     return result
