@@ -1,4 +1,4 @@
-"""Right answers to all 32 exercises, written as the solutions notebooks write them, and the wrong
+"""Right answers to all the exercises, written as the solutions notebooks write them, and the wrong
 answers every checker must refuse whatever the exercise: a one-tuple or a list around the right tensor,
 a forgotten ``return``, an argument changed in place, a loop that never ends, a typo in the learner's
 own code. Each is built from the right answer the way a learner would slip, and fed to every checker
@@ -89,17 +89,12 @@ def multi_head_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
 
 
-def stacked_to_per_head(weight, num_heads):
-    d_head = weight.shape[0] // (3 * num_heads)
-    return weight.reshape(3, num_heads, d_head, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
-
-
 def rope_frequencies(d_head, base):
     two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
     return (base ** (-two_i / d_head)).float()
 
 
-def apply_rope(x, positions, base):
+def apply_rope(x, positions, base=10000.0):
     theta = rope_frequencies(x.shape[-1], base).double()
     angles = positions.double()[:, None] * theta[None, :]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -110,12 +105,6 @@ def apply_rope(x, positions, base):
 def rope_attention(q, k, v, positions, base):
     q, k = apply_rope(q, positions, base), apply_rope(k, positions, base)
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
-
-
-def interleaved_to_half_split(weight, num_heads):
-    d_head = weight.shape[0] // num_heads
-    order = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
-    return weight.reshape(num_heads, d_head, *weight.shape[1:])[:, order].reshape(weight.shape)
 
 
 def decoding_mask(num_new, total):
@@ -132,14 +121,53 @@ def attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope):
     return torch.softmax(scores, dim=-1) @ values
 
 
-def causal_mhsa_rope(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    seq = x.shape[-2]
-    q, k, v = (split_heads(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    q, k = apply_rope(q, torch.arange(seq), base), apply_rope(k, torch.arange(seq), base)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
-        ~cached_causal_mask(seq, seq), float("-inf")
-    )
-    return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
+class MyMultiHeadAttention(torch.nn.Module):
+    def __init__(self, d_in, d_model, num_heads):
+        super().__init__()
+        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_in, d_model) for _ in range(3))
+        self.w_o = torch.nn.Linear(d_model, d_model)
+        self.num_heads = num_heads
+
+    def forward(self, x):
+        q, k, v = (split_heads(w(x), self.num_heads) for w in (self.w_q, self.w_k, self.w_v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return self.w_o(merge_heads(torch.softmax(scores, dim=-1) @ v))
+
+
+class MyCausalSelfAttention(torch.nn.Module):
+    def __init__(self, d_model, num_heads, *, d_in=None, bias=True, rope_base=10000.0):
+        super().__init__()
+        d_in = d_model if d_in is None else d_in
+        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
+        self.w_o = torch.nn.Linear(d_model, d_model, bias=bias)
+        self.num_heads, self.d_head, self.rope_base = num_heads, d_model // num_heads, rope_base
+
+    def forward(self, x, cache=None, need_weights=False):
+        seq = x.shape[-2]
+        past = 0 if cache is None else cache.length
+        q, k, v = (split_heads(w(x), self.num_heads) for w in (self.w_q, self.w_k, self.w_v))
+        positions = past + torch.arange(seq)
+        q, k = apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_head)).masked_fill(
+            ~decoding_mask(seq, past + seq), float("-inf")
+        )
+        weights = torch.softmax(scores, dim=-1)
+        out = self.w_o(merge_heads(weights @ v))
+        return (out, weights) if need_weights else out
+
+
+def parameter_prediction():
+    return 3 * (32 * 64 + 64) + (64 * 64 + 64)
+
+
+def score_prediction():
+    return 1.25
+
+
+def mask_prediction():
+    return 5 + 6 + 7
 
 
 def previous_token_score(weights):
@@ -259,14 +287,15 @@ RIGHT = {
     "check_split_heads": split_heads,
     "check_merge_heads": merge_heads,
     "check_multi_head_attention": multi_head_attention,
-    "check_stacked_to_per_head": stacked_to_per_head,
+    "check_my_multi_head_attention": MyMultiHeadAttention,
+    "check_parameter_prediction": parameter_prediction,
     "check_rope_frequencies": rope_frequencies,
     "check_apply_rope": apply_rope,
     "check_rope_attention": rope_attention,
-    "check_interleaved_to_half_split": interleaved_to_half_split,
-    "check_decoding_mask": decoding_mask,
+    "check_score_prediction": score_prediction,
+    "check_mask_prediction": mask_prediction,
     "check_attend_with_cache": attend_with_cache,
-    "check_causal_mhsa_rope": causal_mhsa_rope,
+    "check_my_causal_self_attention": MyCausalSelfAttention,
     "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
@@ -287,18 +316,23 @@ RIGHT = {
 }
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
-#: The predictions of notebooks 01-03: the learner's function takes nothing and returns a number.
+#: The checkers whose answer is a module class (tested for its own slips in test_build_middle_modules).
+MODULES = ("check_my_multi_head_attention", "check_my_causal_self_attention")
+#: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (
     "check_uniform_prediction",
     "check_spread_prediction",
     "check_cache_prediction",
     "check_untrained_prediction",
+    "check_parameter_prediction",
+    "check_score_prediction",
+    "check_mask_prediction",
 )
 #: The checkers whose answer is one tensor (not several outputs, not a number).
 ONE_TENSOR = [
     n
     for n in NAMES
-    if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_attention_head")
+    if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_attention_head", *MODULES)
     and n not in NUMBER_PREDICTIONS
 ]
 #: The checkers that pass the learner at least one tensor (or a module holding tensors).
@@ -309,7 +343,6 @@ TAKES_TENSORS = [
     not in (
         "check_cached_causal_mask",
         *NUMBER_PREDICTIONS,
-        "check_decoding_mask",
         "check_decode_mask",
         "check_rope_frequencies",
         "check_kv_cache_bytes",
@@ -317,13 +350,13 @@ TAKES_TENSORS = [
         "check_alibi_bias",
         "check_ntk_frequencies",
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
-        "check_untrained_prediction",  # a prediction, too
+        *MODULES,
     )
 ]
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 38
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 39
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -407,7 +440,7 @@ def test_changing_an_argument_in_place_is_named_with_the_argument(name):
     assert "work on a copy" in result.message.lower()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MODULES])
 def test_a_loop_that_never_ends_is_stopped_at_its_line(name, monkeypatch):
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.2)
     right = RIGHT[name]
@@ -427,7 +460,7 @@ def test_a_loop_that_never_ends_is_stopped_at_its_line(name, monkeypatch):
     assert "`while step < 3:  # `step += 1` forgotten`" in result.message
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MODULES])
 def test_an_error_is_reported_at_the_learners_own_line_through_any_wrapper(name):
     right = RIGHT[name]
 

@@ -1,4 +1,5 @@
-"""The exercise checkers of notebooks 04-06 name the mistakes they are built to catch.
+"""The function checkers of notebooks 04-06 name the mistakes they are built to catch (the module and
+prediction checkers: test_build_middle_modules).
 
 For each checker: an independent correct solution (written here from torch primitives,
 not taken from the package) is "correct"; a stub is "not_attempted"; hand-written
@@ -48,18 +49,11 @@ def mha_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     return merge_ok(attention_ok(q, k, v)) @ o_weight.T
 
 
-def stacked_to_per_head_ok(weight, num_heads):
-    d_model = weight.shape[0] // 3
-    d_head = d_model // num_heads
-    rows = [part * d_model + head * d_head + i for head in range(num_heads) for part in range(3) for i in range(d_head)]
-    return weight[rows]
-
-
 def frequencies_ok(d_head, base):
     return torch.tensor([base ** (-2 * i / d_head) for i in range(d_head // 2)])
 
 
-def rotate_ok(x, positions, base, pairs="interleaved"):
+def rotate_ok(x, positions, base=10000.0, pairs="interleaved"):
     """Rotate pair (a, b) of row j by positions[j] * theta_i, pairs chosen by ``pairs``."""
     d_head = x.shape[-1]
     out = x.clone()
@@ -76,12 +70,6 @@ def rotate_ok(x, positions, base, pairs="interleaved"):
 
 def rope_attention_ok(q, k, v, positions, base):
     return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), v)
-
-
-def interleaved_to_half_split_ok(weight, num_heads):
-    d_head = weight.shape[0] // num_heads
-    order = list(range(0, d_head, 2)) + list(range(1, d_head, 2))
-    return weight[[h * d_head + i for h in range(num_heads) for i in order]]
 
 
 def decoding_mask_ok(num_new, total):
@@ -107,15 +95,6 @@ def _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, *, 
 
 def attend_with_cache_ok(q_new, k_new, v_new, cached_k, cached_v, rope_module):
     return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module)
-
-
-def causal_block_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    seq = x.shape[-2]
-    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    positions = torch.arange(seq)
-    q, k = rotate_ok(q, positions, base), rotate_ok(k, positions, base)
-    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
-    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
 
 
 # ---------------------------------------- hand-written versions of listed mistakes
@@ -167,56 +146,16 @@ def attend_with_cache_mask_strict(q_new, k_new, v_new, cached_k, cached_v, rope_
     return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, mask=strict)
 
 
-def decoding_mask_strict(num_new, total):
-    past = total - num_new
-    return torch.tensor([[j < past + i for j in range(total)] for i in range(num_new)])
-
-
-def decoding_mask_plus_one(num_new, total):
-    past = total - num_new
-    return torch.tensor([[j <= past + i + 1 for j in range(total)] for i in range(num_new)])
-
-
-def causal_block_rotating_v(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    seq = x.shape[-2]
-    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    positions = torch.arange(seq)
-    q, k, v = (rotate_ok(t, positions, base) for t in (q, k, v))
-    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
-    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
-
-
-def causal_block_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    seq = x.shape[-2]
-    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    positions = torch.arange(seq)
-    q, k = rotate_ok(q, positions, base), rotate_ok(k, positions, base)
-    mask = torch.ones(seq, seq, dtype=torch.bool).tril()
-    return merge_ok(attention_ok(q, k, v, mask)) @ o_weight.T
-
-
-def causal_block_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    return causal_block_ok(x, q_weight, k_weight, v_weight, torch.eye(o_weight.shape[0]), num_heads, base)
-
-
 # ------------------------------------------------------------------- the table
 
 CHECKERS = {
     "split_heads": (heads.check_split_heads, split_ok, heads.SPLIT_HEADS_MISCONCEPTIONS),
     "merge_heads": (heads.check_merge_heads, merge_ok, heads.MERGE_HEADS_MISCONCEPTIONS),
     "multi_head_attention": (heads.check_multi_head_attention, mha_ok, heads.MHA_MISCONCEPTIONS),
-    "stacked_to_per_head": (heads.check_stacked_to_per_head, stacked_to_per_head_ok, heads.FUSED_MISCONCEPTIONS),
     "rope_frequencies": (rope.check_rope_frequencies, frequencies_ok, rope.FREQUENCY_MISCONCEPTIONS),
     "apply_rope": (rope.check_apply_rope, rotate_ok, rope.APPLY_MISCONCEPTIONS),
     "rope_attention": (rope.check_rope_attention, rope_attention_ok, rope.ROPE_ATTENTION_MISCONCEPTIONS),
-    "interleaved_to_half_split": (
-        rope.check_interleaved_to_half_split,
-        interleaved_to_half_split_ok,
-        rope.CONVERT_MISCONCEPTIONS,
-    ),
-    "decoding_mask": (decoding.check_decoding_mask, decoding_mask_ok, decoding.MASK_MISCONCEPTIONS),
     "attend_with_cache": (decoding.check_attend_with_cache, attend_with_cache_ok, decoding.STEP_MISCONCEPTIONS),
-    "causal_mhsa_rope": (decoding.check_causal_mhsa_rope, causal_block_ok, decoding.BLOCK_MISCONCEPTIONS),
 }
 
 # The mistakes the issue asks the checkers to name, written by hand above.
@@ -230,11 +169,6 @@ LISTED_MISTAKES = [
     ("rope_attention", rope_attention_half_split, "wrong pairing convention (half-split)"),
     ("attend_with_cache", attend_with_cache_restarting_positions, "RoPE positions restart at 0"),
     ("attend_with_cache", attend_with_cache_mask_strict, "cache mask off by one: a token cannot see itself"),
-    ("decoding_mask", decoding_mask_strict, "cache mask off by one: a token cannot see itself"),
-    ("decoding_mask", decoding_mask_plus_one, "cache mask off by one: a token sees the next one"),
-    ("causal_mhsa_rope", causal_block_rotating_v, "RoPE applied to V"),
-    ("causal_mhsa_rope", causal_block_without_w_o, "forgot W_O"),
-    ("causal_mhsa_rope", causal_block_split_view_merge_ok, "view without transpose when splitting (merge correct)"),
 ]
 
 
@@ -311,12 +245,6 @@ def test_scaled_answer_is_incorrect_with_its_case_named():
     result = heads.check_multi_head_attention(lambda *a: 1.5 * mha_ok(*a), verbose=False)
     assert result.status == "incorrect"
     assert "x (2, 4, 8), 2 heads" in result.message
-
-
-def test_decoding_mask_must_be_boolean():
-    result = decoding.check_decoding_mask(lambda n, t: decoding_mask_ok(n, t).float(), verbose=False)
-    assert result.status == "incorrect"  # the form of the answer, not an error in the learner's code
-    assert "boolean mask" in result.message and "raised" not in result.message
 
 
 def test_attend_with_cache_cases_have_a_cache():

@@ -17,7 +17,7 @@ import torch
 
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_cache_bytes, check_online_attention
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
-from mhsa_helpers.lessons.causal_mhsa import check_causal_mhsa_rope, check_decoding_mask
+from mhsa_helpers.lessons.causal_mhsa import check_attend_with_cache
 from mhsa_helpers.lessons.multi_head import check_merge_heads, check_multi_head_attention, check_split_heads
 from mhsa_helpers.lessons.rope import check_apply_rope, check_rope_attention, check_rope_frequencies
 from mhsa_helpers.lessons.scaled_attention import check_softmax
@@ -231,33 +231,19 @@ CATALOGUE = [
         lambda q, k, v, p, base: sdpa_weights(rotate(q, p, base), rotate(k, p, base)) @ rotate(v, p, base),
     ),
     Wrong(check_rope_attention, "no RoPE at all", lambda q, k, v, p, base: sdpa_weights(q, k) @ v),
-    # ----------------------------------------------------------- 06 causal MHSA and decoding
+    # ----------------------------------------------------------- 06 decoding with a cache
+    # (the learner's modules and the predictions: test_build_middle_modules)
     Wrong(
-        check_decoding_mask,
-        "top-left aligned",
-        lambda new, total: torch.ones(new, total, dtype=torch.bool).tril(),
+        check_attend_with_cache,
+        "positions restart at 0",
+        lambda q, k, v, ck, cv, rope: _cached_step(q, k, v, ck, cv, rope, first=0),
+        named="RoPE positions restart at 0",
+    ),
+    Wrong(
+        check_attend_with_cache,
+        "is_causal=True with a cache",
+        lambda q, k, v, ck, cv, rope: _cached_step(q, k, v, ck, cv, rope, top_left=True),
         named="mask aligned to the first key",
-    ),
-    Wrong(
-        check_decoding_mask,
-        "off by one",
-        lambda new, total: torch.ones(new, total, dtype=torch.bool).tril(total - new + 1),
-    ),
-    Wrong(
-        check_causal_mhsa_rope,
-        "scaled by sqrt(d_model)",
-        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, scale=1 / math.sqrt(x.shape[-1])),
-    ),
-    Wrong(
-        check_causal_mhsa_rope,
-        "masked scores filled with 0",
-        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, fill=0.0),
-        named="masked scores filled with 0 instead of -inf",
-    ),
-    Wrong(
-        check_causal_mhsa_rope,
-        "missing output projection",
-        lambda x, wq, wk, wv, wo, h, base: _causal_mhsa(x, wq, wk, wv, wo, h, base, project_out=False),
     ),
     # ----------------------------------------------------------- 08
     Wrong(
@@ -284,15 +270,14 @@ CATALOGUE = [
 ]
 
 
-def _causal_mhsa(x, wq, wk, wv, wo, h, base, *, scale=None, fill=-INF, project_out=True):
-    q, k, v = (split(x @ w.T, h) for w in (wq, wk, wv))
-    positions = torch.arange(x.shape[-2])
-    q, k = rotate(q, positions, base), rotate(k, positions, base)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    n = x.shape[-2]
-    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), fill)
-    out = merge(torch.softmax(scores, -1) @ v)
-    return out @ wo.T if project_out else out
+def _cached_step(q_new, k_new, v_new, cached_k, cached_v, rope, *, first=None, top_left=False):
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(past if first is None else first, (past if first is None else first) + new)
+    q, k = rope(q_new, positions), rope(k_new, positions)
+    keys, values = torch.cat((cached_k, k), dim=-2), torch.cat((cached_v, v_new), dim=-2)
+    allowed = torch.ones(new, past + new, dtype=torch.bool).tril(0 if top_left else past)  # top-left: is_causal=True
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~allowed, -INF), dim=-1) @ values
 
 
 @pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")

@@ -3,16 +3,18 @@ its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from ..multi_head.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from .diagrams import kv_cache_diagram, transformer_block_diagram
-from .exercises import check_attend_with_cache, check_causal_mhsa_rope, check_decoding_mask
+from .exercises import check_attend_with_cache, check_mask_prediction, check_my_causal_self_attention
 from .explorer import mhsa_explorer
+from .learner import copy_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",
     "INPUT_SCALE",
     "MODEL_SEED",
     "check_attend_with_cache",
-    "check_causal_mhsa_rope",
-    "check_decoding_mask",
+    "check_mask_prediction",
+    "check_my_causal_self_attention",
+    "copy_package_weights",
     "kv_cache_diagram",
     "mhsa_explorer",
     "transformer_block_diagram",

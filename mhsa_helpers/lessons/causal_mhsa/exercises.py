@@ -1,4 +1,4 @@
-"""Checkers for notebook 06: the full causal block with RoPE, and decoding with a cache.
+"""Checkers for notebook 06: decoding with a cache, and the learner's own causal module with RoPE.
 
 Cached-decoding mistakes hide on the first step (nothing is cached yet: positions
 start at 0 either way and the mask is an ordinary triangle) and some hide when
@@ -8,26 +8,20 @@ cache, and several add more than one new token at once.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
 
-from ... import (
-    RotaryEmbedding,
-    causal_mask,
-    merge_heads,
-    multi_head_self_attention,
-    scaled_dot_product_attention,
-    split_heads,
-)
-from ...teaching.checking import AnswerRejected, Case, CheckResult, Misconception, check_function
-from ..multi_head.exercises import merge_reshape_without_transpose, split_view_without_transpose
+from ... import RotaryEmbedding, causal_mask, scaled_dot_product_attention
+from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ..multi_head.exercises import MHA_MODULE_MISTAKES
+from ..multi_head.learner import ModuleSetting, check_module, check_prediction
+from .learner import copy_package_weights
 
-__all__ = ["check_attend_with_cache", "check_causal_mhsa_rope", "check_decoding_mask"]
+__all__ = ["check_attend_with_cache", "check_mask_prediction", "check_my_causal_self_attention"]
 
 
-# ------------------------------------------------ the mask for new tokens
+# ------------------------------------------------ masks for new tokens
 
 
 def _mask_top_left(num_new: int, total: int) -> torch.Tensor:
@@ -40,90 +34,6 @@ def _mask_hides_self(num_new: int, total: int) -> torch.Tensor:
 
 def _mask_one_ahead(num_new: int, total: int) -> torch.Tensor:
     return torch.ones(num_new, total, dtype=torch.bool).tril(diagonal=total - num_new + 1)
-
-
-def _mask_inverted(num_new: int, total: int) -> torch.Tensor:
-    return ~causal_mask(num_new, total)
-
-
-def _mask_cache_hidden(num_new: int, total: int) -> torch.Tensor:
-    mask = torch.zeros(num_new, total, dtype=torch.bool)
-    mask[:, total - num_new :] = causal_mask(num_new)
-    return mask
-
-
-MASK_MISCONCEPTIONS = (
-    Misconception(
-        "mask aligned to the first key",
-        _mask_top_left,
-        "The new tokens are the *last* num_new positions: new token i sits at position "
-        "total - num_new + i and sees keys 0 .. total - num_new + i. A plain lower triangle on the "
-        "(num_new, total) rectangle is aligned to the first key (this is what is_causal=True does in "
-        "F.scaled_dot_product_attention when seq_q != seq_k). Use tril(diagonal=total - num_new).",
-    ),
-    Misconception(
-        "cache mask off by one: a token cannot see itself",
-        _mask_hides_self,
-        "A token attends to every earlier token *and to itself*: key j is visible to new token i when "
-        "j <= total - num_new + i (less-or-equal, diagonal=total - num_new).",
-    ),
-    Misconception(
-        "cache mask off by one: a token sees the next one",
-        _mask_one_ahead,
-        "New token i must not see key total - num_new + i + 1, the token after it: use "
-        "diagonal=total - num_new, not + 1.",
-    ),
-    Misconception(
-        "True marks blocked keys",
-        _mask_inverted,
-        "In this package (and in F.scaled_dot_product_attention's boolean attn_mask) True means "
-        "'may attend'. Flip your mask with ~mask.",
-    ),
-    Misconception(
-        "cached keys hidden",
-        _mask_cache_hidden,
-        "The cached keys are the past: every new token may attend to all of them, plus the new "
-        "tokens up to and including itself.",
-    ),
-)
-
-
-def _require_bool(learner: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    # A number mask is rejected with a request for a boolean one, not just as "incorrect":
-    # the next exercise uses the mask with ~mask and masked_fill, which need a boolean tensor.
-    if not callable(learner):
-        return learner  # check_function reports it
-
-    @functools.wraps(learner)
-    def wrapped(*args, **kwargs):
-        mask = learner(*args, **kwargs)
-        if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
-            raise AnswerRejected(f"return a boolean mask (True = may attend), got dtype {mask.dtype}")
-        return mask  # anything else (None, a tuple) is described by check_function
-
-    return wrapped
-
-
-def check_decoding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(num_new, total) -> bool (num_new, total)``, True where a new token may attend.
-
-    The ``num_new`` new tokens are the last positions of ``total`` (``total - num_new`` are cached).
-    """
-    cases = [
-        Case((1, 5), description="1 new token after 4 cached"),
-        Case((3, 7), description="3 new tokens after 4 cached"),
-        Case((4, 4), description="4 new tokens, empty cache"),
-        Case((2, 17), description="2 new tokens after 15 cached (longer than a fixed (16, 16) buffer)"),
-    ]
-    return check_function(
-        "decoding_mask",
-        _require_bool(learner),
-        causal_mask,
-        cases,
-        MASK_MISCONCEPTIONS,
-        shortcuts=("causal_mask",),
-        verbose=verbose,
-    )
 
 
 # ----------------------------------------------- one decoding step with a cache
@@ -245,143 +155,176 @@ def check_attend_with_cache(learner: Callable[..., torch.Tensor], *, verbose: bo
     )
 
 
-# ------------------------------------------------- the full causal block with RoPE
+# ------------------------------------------------- predict: what the new tokens see
+
+#: The prediction exercise: tokens already in the cache, and new tokens decoded in one call.
+PREDICTION_PAST, PREDICTION_NEW = 4, 3
 
 
-def _block(
-    x,
-    q_weight,
-    k_weight,
-    v_weight,
-    o_weight,
-    num_heads,
-    base,
-    *,
-    rope_on=("q", "k"),
-    convention="interleaved",
-    causal=True,
-    split=split_heads,
-    merge=merge_heads,
-    project_out=True,
-    rope_before_split=False,
-    scale=None,
-    fill=None,
-):
-    q, k, v = x @ q_weight.T, x @ k_weight.T, x @ v_weight.T
-    seq = x.shape[-2]
-    if rope_before_split:
-        rope = RotaryEmbedding(q.shape[-1], seq, base, convention)
-        q = rope(q) if "q" in rope_on else q
-        k = rope(k) if "k" in rope_on else k
-        v = rope(v) if "v" in rope_on else v
-    q, k, v = split(q, num_heads), split(k, num_heads), split(v, num_heads)
-    if not rope_before_split:
-        rope = RotaryEmbedding(q.shape[-1], seq, base, convention)
-        q = rope(q) if "q" in rope_on else q
-        k = rope(k) if "k" in rope_on else k
-        v = rope(v) if "v" in rope_on else v
-    if fill is None:
-        heads = merge(scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
-    else:
-        # The blocked scores filled with an ordinary number instead of -inf.
-        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), fill)
-        heads = merge(torch.softmax(scores, dim=-1) @ v)
-    return heads @ o_weight.T if project_out else heads
-
-
-def _block_reference(x, q_weight, k_weight, v_weight, o_weight, num_heads, base):
-    return multi_head_self_attention(
-        x, q_weight, k_weight, v_weight, o_weight, num_heads=num_heads, causal=True, rope_base=base
+def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Check the predicted number of ``True`` entries of the mask when 3 new tokens are decoded in one
+    call after 4 cached ones: new token ``i`` sits at position ``4 + i`` and sees keys ``0 .. 4 + i``."""
+    past, new = PREDICTION_PAST, PREDICTION_NEW
+    total = past + new
+    mistakes = (
+        Misconception(
+            "mask aligned to the first key",
+            lambda: int(_mask_top_left(new, total).sum()),
+            "You counted a plain triangle, 1 + 2 + 3: that is the mask of 3 tokens with no cache. The new tokens "
+            "are positions 4, 5, 6, and each sees all 4 cached keys as well.",
+        ),
+        Misconception(
+            "no mask among the new tokens",
+            lambda: new * total,
+            "Each new token sees the cache and the new tokens up to itself, not the ones after it: the first "
+            "new token sees 5 keys, not 7.",
+        ),
+        Misconception(
+            "a token cannot see itself",
+            lambda: int(_mask_hides_self(new, total).sum()),
+            "A token attends to itself too: new token i (at position 4 + i) sees keys 0 .. 4 + i, 5 + i of them.",
+        ),
+        Misconception(
+            "the whole (7, 7) triangle",
+            lambda: int(causal_mask(total).sum()),
+            "Only the 3 new tokens are queries in this call: the mask has 3 rows (one per new token) and 7 "
+            "columns (4 cached keys + 3 new).",
+        ),
+    )
+    return check_prediction(
+        "mask_prediction",
+        answer,
+        lambda: int(causal_mask(new, total).sum()),
+        f"{new} new tokens after {past} cached",
+        mistakes,
+        verbose=verbose,
     )
 
 
-BLOCK_MISCONCEPTIONS = (
-    Misconception(
-        "forgot W_O",
-        lambda *a: _block(*a, project_out=False),
-        "Finish with the output projection: merged_heads @ o_weight.T.",
-    ),
-    Misconception(
-        "RoPE applied to V",
-        lambda *a: _block(*a, rope_on=("q", "k", "v")),
-        "Rotate the queries and keys only; the values carry content and stay as they are.",
-    ),
-    Misconception(
+# ------------------------------------------------- the learner's own causal module
+
+
+CAUSAL_MODULE_MISTAKES = (
+    *MHA_MODULE_MISTAKES,
+    (
         "no causal mask",
-        lambda *a: _block(*a, causal=False),
-        "This is a decoder block: token i may attend to tokens 0 .. i only (is_causal=True, or a "
-        "lower-triangular mask inside the softmax).",
+        {"causal": False},
+        "This is a decoder: token i may attend to tokens 0 .. i only. Fill the scores of later keys with -inf "
+        "before the softmax (or pass is_causal=True when nothing is cached).",
     ),
-    Misconception(
-        "wrong pairing convention (half-split)",
-        lambda *a: _block(*a, convention="half_split"),
-        "Use the interleaved pairs (x[2i], x[2i+1]) (RotaryEmbedding's default), not Hugging Face's "
-        "half-split (x[i], x[i + d/2]).",
+    (
+        "RoPE applied to V",
+        {"rope_on": ("q", "k", "v")},
+        "Rotate the queries and keys only: the values carry content and stay as they are.",
     ),
-    Misconception(
+    (
+        "RoPE on the queries only",
+        {"rope_on": ("q",)},
+        "Rotate the keys too: q_m . k_n depends on m - n only when both are rotated by their positions.",
+    ),
+    (
+        "RoPE on the keys only",
+        {"rope_on": ("k",)},
+        "Rotate the queries too: q_m . k_n depends on m - n only when both are rotated by their positions.",
+    ),
+    ("no RoPE", {"rope_base": None}, "Rotate q and k by their positions (your my_apply_rope from notebook 05)."),
+    (
+        "rotating pairs half-split instead of interleaved",
+        {"convention": "half_split"},
+        "Pair the features as (x[2i], x[2i+1]) (interleaved, as in notebook 05), not as (x[i], x[i + d/2]).",
+    ),
+    (
         "RoPE applied before splitting the heads",
-        lambda *a: _block(*a, rope_before_split=True),
-        "RoPE works inside each head, with frequencies base**(-2i/d_head): split q and k into heads "
-        "first, then rotate each (seq, d_head) matrix.",
+        {"rope_before_split": True},
+        "RoPE works inside each head, with frequencies base**(-2i/d_head): split q and k into heads first, "
+        "then rotate each (seq, d_head) matrix.",
     ),
-    Misconception(
-        "view without transpose",
-        lambda *a: _block(*a, split=split_view_without_transpose, merge=merge_reshape_without_transpose),
-        "Split with .view(..., seq, heads, d_head).transpose(-3, -2), and merge by transposing back "
-        "before flattening; a reshape straight to (..., heads, seq, d_head) mixes positions.",
+    (
+        "rope_base ignored",
+        {"rope_base": 10000.0},
+        "Use the module's rope_base for the frequencies, not a fixed 10000.",
     ),
-    Misconception(
-        "view without transpose when splitting (merge correct)",
-        lambda *a: _block(*a, split=split_view_without_transpose),
-        "Your merge is right, but the split reshapes (..., seq, d_model) straight to (..., heads, seq, d_head), "
-        "which mixes positions inside each head: view as (..., seq, heads, d_head), then .transpose(-3, -2).",
+    (
+        "positions not offset by the cache",
+        {"offset_positions": False},
+        "New tokens continue the sequence: rotate them at positions past, past + 1, ... with past = cache.length "
+        "(read it *before* appending), not at 0, 1, ...",
     ),
-    Misconception(
-        "scaled by sqrt(d_model) instead of sqrt(d_head)",
-        lambda *a: _block(*a, scale=1.0 / a[0].shape[-1] ** 0.5),
-        "Your scores are divided by √d_model. Each head attends over its own d_head features: divide by "
-        "√d_head = √(d_model / num_heads).",
-    ),
-    Misconception(
-        "masked scores filled with 0 instead of -inf",
-        lambda *a: _block(*a, fill=0.0),
-        "Your future tokens still get weight: a score of 0 is an ordinary score, exp(0) = 1. Fill the "
-        "blocked scores with -inf (or pass is_causal=True).",
-    ),
-    Misconception(
-        "merge without transposing back",
-        lambda *a: _block(*a, merge=merge_reshape_without_transpose),
-        "Transpose the head outputs back to (..., seq, heads, d_head) before flattening: a reshape alone "
-        "mixes positions.",
+    (
+        "mask not offset by the cache",
+        {"offset_mask": False},
+        "With past cached keys the queries are the last rows: query i sits at position past + i and sees keys "
+        "0 .. past + i, i.e. tril(diagonal=past) on the (seq, past + seq) rectangle; a plain tril() (or "
+        "is_causal=True) hides most of the cache.",
     ),
 )
 
 
-def _block_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(66)
+def _leaks_the_future_probe(d_in: int) -> Misconception:
+    def detect(run) -> bool:
+        x = torch.randn(1, 6, d_in, generator=torch.Generator().manual_seed(66))
+        later = x.clone()
+        later[:, 4:] += 1.0  # change tokens 4 and 5 only
+        return not torch.allclose(run(x)[:, :4], run(later)[:, :4], atol=1e-5, rtol=1e-4)
 
-    def case(batch, seq, d_model, heads, base):
-        weights = [torch.randn(d_model, d_model, generator=g) / d_model**0.5 for _ in range(4)]
-        x = 2.0 * torch.randn(*batch, seq, d_model, generator=g)
-        return Case((x, *weights, heads, base), description=f"x {(*batch, seq, d_model)}, {heads} heads, base {base:g}")
+    return Misconception(
+        "not causal: changing a later token changes an earlier output",
+        None,
+        "Changing tokens 4 and 5 changed the outputs of tokens 0 .. 3: a token must not see the ones after it. "
+        "Mask the scores of later keys with -inf before the softmax.",
+        detect=detect,
+    )
 
-    # 17 tokens in the last case: longer than a fixed (16, 16) mask or RoPE table.
-    return [case((2,), 5, 8, 2, 100.0), case((), 4, 12, 3, 10000.0), case((1,), 17, 16, 2, 100.0)]
+
+def _causal_settings() -> list[ModuleSetting]:
+    def setting(d_model, heads, calls, *, d_in=None, bias=True, rope_base=10000.0):
+        kwargs = {}
+        if d_in is not None:
+            kwargs["d_in"] = d_in
+        if not bias:
+            kwargs["bias"] = False
+        if rope_base != 10000.0:
+            kwargs["rope_base"] = rope_base
+        package = {
+            "d_model": d_model,
+            "num_heads": heads,
+            "d_in": d_in,
+            "qkv_bias": bias,
+            "out_bias": bias,
+            "causal": True,
+            "rope": True,
+            "rope_base": rope_base,
+            "max_seq_len": 64,
+        }
+        return ModuleSetting((d_model, heads), kwargs, package, tuple(calls), {"causal": True, "rope_base": rope_base})
+
+    # split_at None: the full pass; p > 0: p tokens cached, the rest decoded in one call (need_weights=True);
+    # 0: every token decoded on its own. 17 tokens: longer than a fixed (16, 16) mask or RoPE table.
+    return [
+        setting(8, 2, [(2, 5, None), (1, 1, None), (2, 7, 3), (1, 6, 0)]),
+        setting(12, 3, [(1, 17, None), (2, 7, 5), (1, 7, 0)], d_in=6, rope_base=100.0),
+        setting(16, 4, [(3, 7, None), (1, 9, 4)], bias=False),
+        setting(8, 1, [(2, 4, None), (1, 5, 0), (1, 5, 2)]),
+    ]
 
 
-def check_causal_mhsa_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(x (..., seq, d_model), q_weight, k_weight, v_weight, o_weight, num_heads, base)``.
+def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckResult:
+    """Check the learner's class ``MyCausalSelfAttention(d_model, num_heads, *, d_in=None, bias=True,
+    rope_base=10000.0)`` (the contract of :mod:`.learner`).
 
-    Causal multi-head self-attention with interleaved RoPE (positions ``0 .. seq-1``) on queries and
-    keys; weights ``(d_model, d_model)`` in ``nn.Linear`` layout, no biases. Returns ``(..., seq, d_model)``.
-    """
-    return check_function(
-        "causal_mhsa_rope",
+    Built at four sizes (1 to 4 heads, d_in != d_model, no biases, base 100) with a package module's
+    weights copied in by :func:`copy_package_weights`, it must give the package's outputs on full passes
+    of 1 to 17 tokens, on new tokens decoded after a cache (outputs and attention weights
+    ``(batch, heads, seq, past + seq)``) and token by token; a later token must never change an earlier
+    output; and a backward pass must reach every weight and bias."""
+    return check_module(
+        "my_causal_self_attention",
         learner,
-        _block_reference,
-        _block_cases(),
-        BLOCK_MISCONCEPTIONS,
+        _causal_settings(),
+        CAUSAL_MODULE_MISTAKES,
+        seed=6060,
+        probes=(_leaks_the_future_probe,),
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
+        loader=copy_package_weights,
         verbose=verbose,
     )

@@ -2,8 +2,15 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import split_merge_diagram
-from .exercises import check_merge_heads, check_multi_head_attention, check_split_heads, check_stacked_to_per_head
+from .exercises import (
+    check_merge_heads,
+    check_multi_head_attention,
+    check_my_multi_head_attention,
+    check_parameter_prediction,
+    check_split_heads,
+)
 from .explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED, heads_explorer
+from .learner import load_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",
@@ -11,8 +18,10 @@ __all__ = [
     "MODEL_SEED",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_my_multi_head_attention",
+    "check_parameter_prediction",
     "check_split_heads",
-    "check_stacked_to_per_head",
     "heads_explorer",
+    "load_package_weights",
     "split_merge_diagram",
 ]

@@ -14,21 +14,23 @@ from collections.abc import Callable
 import torch
 
 from ... import (
-    fused_qkv_per_head_to_stacked,
-    fused_qkv_stacked_to_per_head,
     merge_heads,
     multi_head_self_attention,
     split_heads,
 )
 from ...attention import attend
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from .learner import ModuleSetting, check_module, check_prediction
 
 __all__ = [
+    "MHA_MODULE_MISTAKES",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_my_multi_head_attention",
+    "check_parameter_prediction",
     "check_split_heads",
-    "check_stacked_to_per_head",
     "merge_reshape_without_transpose",
+    "mixes_positions_probe",
     "split_view_without_transpose",
 ]
 
@@ -330,60 +332,146 @@ def check_multi_head_attention(learner: Callable[..., torch.Tensor], *, verbose:
     )
 
 
-# ------------------------------------------------------ fused QKV row layouts
+# ------------------------------------------------- predict: the parameter count
 
 
-def _fused_unchanged(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return weight.clone()
+#: The module of the prediction exercise: MyMultiHeadAttention(d_in, d_model, num_heads).
+PREDICTION_MODULE = (32, 64, 4)
 
 
-def _fused_interleave_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    # Treats every single row as a block: q_0, k_0, v_0, q_1, k_1, v_1, ... row by row.
-    d_model = weight.shape[0] // 3
-    return weight.reshape(3, d_model, *weight.shape[1:]).transpose(0, 1).reshape(weight.shape)
+def _parameters(d_in: int, d_model: int, *, biases: bool = True, w_o: bool = True, heads: int = 1) -> int:
+    count = 3 * (d_in * d_model + biases * d_model) + w_o * (d_model * d_model + biases * d_model)
+    return heads * count
 
 
-FUSED_MISCONCEPTIONS = (
-    Misconception(
-        "converted the wrong way (per_head -> stacked)",
-        fused_qkv_per_head_to_stacked,
-        "You applied the inverse re-ordering. Start from the stacked rows indexed (part, head, i) with "
-        "part in q, k, v: reshape to (3, heads, d_head, d_in) and swap the first two axes.",
+def check_parameter_prediction(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Check the predicted number of parameters of ``MyMultiHeadAttention(32, 64, 4)``: ``nn.Linear``
+    projections ``w_q, w_k, w_v`` (32 -> 64) and ``w_o`` (64 -> 64), all with biases."""
+    d_in, d_model, heads = PREDICTION_MODULE
+    mistakes = (
+        Misconception(
+            "every projection counted as d_model x d_model",
+            lambda: _parameters(d_model, d_model),
+            "W_Q, W_K and W_V read the *input*: each is (d_out, d_in) = (64, 32), not (64, 64). Only W_O is 64 x 64.",
+        ),
+        Misconception(
+            "biases forgotten",
+            lambda: _parameters(d_in, d_model, biases=False),
+            "nn.Linear has a bias by default: one number per output feature, 64 for each of the four layers.",
+        ),
+        Misconception(
+            "the count multiplied by the number of heads",
+            lambda: _parameters(d_in, d_model, heads=heads),
+            "Heads do not add parameters: the 4 heads are 4 slices of the same 64 output features "
+            "(section 7: the paper's layer has the same count for every number of heads).",
+        ),
+        Misconception(
+            "W_O forgotten",
+            lambda: _parameters(d_in, d_model, w_o=False),
+            "The output projection w_o (64 -> 64, with its bias) is a fourth layer with its own parameters.",
+        ),
+    )
+    return check_prediction(
+        "parameter_prediction",
+        answer,
+        lambda: _parameters(d_in, d_model),
+        "MyMultiHeadAttention(d_in=32, d_model=64, num_heads=4)",
+        mistakes,
+        verbose=verbose,
+    )
+
+
+# ------------------------------------------------- the learner's own module
+
+
+#: ``(name, switches of attention_variant, hint)``: the mistakes a module can make, reproduced from the
+#: package's weights (notebook 06's checker adds the causal and RoPE ones).
+MHA_MODULE_MISTAKES = (
+    (
+        "forgot W_O",
+        {"project_out": False},
+        "forward returns the merged heads: finish with self.w_o(merged), which mixes what the heads found.",
     ),
-    Misconception(
-        "layout left unchanged",
-        _fused_unchanged,
-        "The rows must move: stacked is [all of W_Q; all of W_K; all of W_V], per-head is "
-        "[q_0; k_0; v_0; q_1; k_1; v_1; ...] with blocks of d_head rows. A reshape alone never moves a "
-        "row: reshape to (3, heads, d_head, d_in), transpose the first two axes, reshape back.",
+    (
+        "view without transpose",
+        {"split": "view", "merge": "reshape"},
+        "Splitting with a view straight to (batch, heads, seq, d_head), and merging back the same way, mixes "
+        "positions inside each head: view as (batch, seq, heads, d_head), then .transpose(1, 2) (and back).",
     ),
-    Misconception(
-        "interleaved single rows instead of d_head blocks",
-        _fused_interleave_rows,
-        "The per-head layout moves whole blocks of d_head rows (one head's q, then its k, then its v), "
-        "not one row at a time.",
+    (
+        "view without transpose when splitting (merge correct)",
+        {"split": "view"},
+        "Your merge is right, but the split views (batch, seq, d_model) straight as (batch, heads, seq, d_head): "
+        "view as (batch, seq, heads, d_head) first, then .transpose(1, 2).",
+    ),
+    (
+        "merge in the wrong order: no transpose back",
+        {"merge": "reshape"},
+        "The head outputs (batch, heads, seq, d_head) were reshaped straight to (batch, seq, d_model): transpose "
+        "back to (batch, seq, heads, d_head) first, then flatten the last two axes.",
+    ),
+    (
+        "scaled by sqrt(d_model) instead of sqrt(d_head)",
+        {"scale_by": "d_model"},
+        "Each head attends over its own d_head = d_model / num_heads features: divide by sqrt(d_head).",
+    ),
+    (
+        "softmax over the heads axis",
+        {"softmax_dim": -3},
+        "Normalise each query's row over the keys, softmax(scores, dim=-1), not over the heads.",
     ),
 )
 
 
-def _fused_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(4004)
+def mixes_positions_probe(d_in: int) -> Misconception:
+    """A symptom of a split or merge that mixes positions, for a module reading ``d_in`` features: without a
+    mask and without positions attention is permutation-equivariant (reversing the tokens reverses the
+    outputs), and such a module is not."""
+
+    def detect(run: Callable[..., torch.Tensor]) -> bool:
+        x = torch.randn(2, 5, d_in, generator=torch.Generator().manual_seed(44))
+        return not torch.allclose(run(x.flip(-2)), run(x).flip(-2), atol=1e-5, rtol=1e-4)
+
+    return Misconception(
+        "positions mixed: reversing the tokens does not reverse the outputs",
+        None,
+        "Without a mask, attention treats the tokens as a set: reversing them must reverse the outputs. Yours "
+        "mix positions, which a reshape/view without the transpose (in the split or in the merge) does.",
+        detect=detect,
+    )
+
+
+def _mha_settings() -> list[ModuleSetting]:
+    def setting(d_in, d_model, heads, calls):
+        return ModuleSetting(
+            (d_in, d_model, heads),
+            package_kwargs={"d_model": d_model, "num_heads": heads, "d_in": d_in},
+            calls=tuple((batch, seq, None) for batch, seq in calls),
+        )
+
     return [
-        Case((torch.randn(3 * 8, 5, generator=g), 2), description="qkv weight (24, 5), 2 heads of 4"),
-        Case((torch.randn(3 * 8, 3, generator=g), 4), description="qkv weight (24, 3), 4 heads of 2"),
-        Case((torch.randn(3 * 10, generator=g), 5), description="qkv bias (30,), 5 heads of 2"),
+        setting(8, 8, 2, [(2, 5), (1, 1), (3, 7)]),
+        setting(6, 12, 3, [(2, 4), (1, 17)]),  # d_in != d_model
+        setting(16, 16, 4, [(1, 7)]),
+        setting(8, 8, 1, [(2, 3)]),  # one head
     ]
 
 
-def check_stacked_to_per_head(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(qkv (3 * d_model, ...), num_heads)`` -> the same rows in the per-head order
-    (``[q|k|v]`` of each head in turn)."""
-    return check_function(
-        "stacked_to_per_head",
+def check_my_multi_head_attention(learner: Callable[..., torch.nn.Module], *, verbose: bool = True) -> CheckResult:
+    """Check the learner's class ``MyMultiHeadAttention(d_in, d_model, num_heads)``: an ``nn.Module`` with
+    ``nn.Linear`` layers ``w_q, w_k, w_v`` (d_in -> d_model) and ``w_o`` (d_model -> d_model) whose
+    ``forward(x (batch, seq, d_in))`` returns ``(batch, seq, d_model)``, no mask.
+
+    Built at four sizes (1 to 4 heads, d_in != d_model, 1 to 17 tokens, batch 1 to 3) with the weights of
+    a package :class:`~mhsa_helpers.MultiHeadSelfAttention` copied in, it must give the package's output;
+    then a backward pass must reach every weight and bias."""
+    return check_module(
+        "my_multi_head_attention",
         learner,
-        fused_qkv_stacked_to_per_head,
-        _fused_cases(),
-        FUSED_MISCONCEPTIONS,
-        shortcuts=("fused_qkv_stacked_to_per_head",),
+        _mha_settings(),
+        MHA_MODULE_MISTAKES,
+        seed=4040,
+        probes=(mixes_positions_probe,),
+        shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
         verbose=verbose,
     )

@@ -2,15 +2,15 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import rotating_pairs_diagram
-from .exercises import check_apply_rope, check_interleaved_to_half_split, check_rope_attention, check_rope_frequencies
+from .exercises import check_apply_rope, check_rope_attention, check_rope_frequencies, check_score_prediction
 from .explorer import rope_explorer
 from .figures import rope_frequencies_plot, rope_rotation_arrows, rope_score_vs_distance, rope_scores, rotate_pair
 
 __all__ = [
     "check_apply_rope",
-    "check_interleaved_to_half_split",
     "check_rope_attention",
     "check_rope_frequencies",
+    "check_score_prediction",
     "rope_explorer",
     "rope_frequencies_plot",
     "rope_rotation_arrows",

@@ -9,17 +9,19 @@ conversions between pairing conventions happen to be the same permutation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
-from ... import RotaryEmbedding, apply_rotary, permute_rope_weight, rope_frequencies, scaled_dot_product_attention
+from ... import RotaryEmbedding, apply_rotary, rope_frequencies, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ..multi_head.learner import check_prediction
 
 __all__ = [
     "check_apply_rope",
-    "check_interleaved_to_half_split",
     "check_rope_attention",
     "check_rope_frequencies",
+    "check_score_prediction",
 ]
 
 
@@ -108,7 +110,7 @@ def _rope(d_head: int, positions: torch.Tensor, base: float, convention: str = "
     return RotaryEmbedding(d_head, int(positions.max()) + 1, base, convention)
 
 
-def _apply_reference(x, positions, base):
+def _apply_reference(x, positions, base=10000.0):
     return _rope(x.shape[-1], positions, base)(x, positions)
 
 
@@ -210,20 +212,49 @@ def _apply_cases() -> list[Case]:
             (torch.randn(1, 2, 17, 8, generator=g), torch.arange(3, 20), 10000.0),
             description="x (1, 2, seq=17, d_head=8), positions 3..19, base 10000",
         ),
+        # A query decoded after a cache: one row at position 9.
+        Case(
+            (torch.randn(2, 3, 1, 8, generator=g), torch.tensor([9]), 10000.0),
+            description="x (2, 3, 1, 8), position 9, base 10000",
+        ),
     ]
 
 
 def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(x (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)`` (interleaved pairs)."""
-    return check_function(
+    """Check ``learner(x (..., seq, d_head), positions (seq,), base=10000.0) -> (..., seq, d_head)``
+    (interleaved pairs); once every case is right, a call without ``base`` must use 10000."""
+    result = check_function(
         "apply_rope",
         learner,
         _apply_reference,
         _apply_cases(),
         APPLY_MISCONCEPTIONS,
         shortcuts=("RotaryEmbedding", "apply_rotary"),
-        verbose=verbose,
+        verbose=False,
     )
+    if result.correct:
+        default = check_function(
+            "apply_rope",
+            learner,
+            _apply_reference,
+            [
+                Case(
+                    (torch.randn(7, 6, generator=torch.Generator().manual_seed(50)), torch.arange(100, 107)),
+                    description="x (seq=7, d_head=6), positions 100..106, base left out",
+                )
+            ],
+            verbose=False,
+        )
+        if not default.correct:
+            detail = default.message.split("] ", 1)[-1].removeprefix("not yet: ")
+            result = replace(
+                default,
+                message="[apply_rope] not yet: every case with a base is right, but called without one "
+                f"(my_apply_rope(x, positions)) your function should use base=10000.0: {detail}",
+            )
+    if verbose:
+        print(result.message)
+    return result
 
 
 # -------------------------------------------- RoPE inside attention: q, k only
@@ -310,65 +341,47 @@ def check_rope_attention(learner: Callable[..., torch.Tensor], *, verbose: bool 
     )
 
 
-# ---------------------------------- converting weights between the conventions
+# ------------------------------------- predict: the score after both tokens move
+
+#: The prediction exercise: q at position 2 and k at position 0 have this score; then q moves to
+#: position 7 and k to position 5.
+PREDICTION_SCORE = 1.25
 
 
-def _convert_reference(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return permute_rope_weight(weight, num_heads, "interleaved", "half_split")
+def _moved_score() -> float:
+    """The score of the prediction exercise, measured: q and k chosen so that rope(q, 2) . rope(k, 0) is
+    PREDICTION_SCORE, then rotated to positions 7 and 5."""
+    g = torch.Generator().manual_seed(505)
+    rope = RotaryEmbedding(8, 16, 10000.0)
+    q, k = torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+
+    def score(m: int, n: int) -> torch.Tensor:
+        return rope(q[None], torch.tensor([m]))[0] @ rope(k[None], torch.tensor([n]))[0]
+
+    q = q * PREDICTION_SCORE / score(2, 0)
+    return round(float(score(7, 5)), 6)
 
 
-def _convert_inverse(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return permute_rope_weight(weight, num_heads, "half_split", "interleaved")
-
-
-def _convert_whole_matrix(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return permute_rope_weight(weight, 1, "interleaved", "half_split")
-
-
-def _convert_unchanged(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    return weight.clone()
-
-
-CONVERT_MISCONCEPTIONS = (
-    Misconception(
-        "inverse permutation",
-        _convert_inverse,
-        "You applied the half-split -> interleaved order. Interleaved -> half-split gathers, in each head, "
-        "the first member of every pair (rows 0, 2, 4, ...) and then the second members (rows 1, 3, 5, ...).",
-    ),
-    Misconception(
-        "permuted the whole matrix, not each head",
-        _convert_whole_matrix,
-        "RoPE pairs features *within* a head, so permute the d_head rows of each head separately: "
-        "reshape to (num_heads, d_head, ...), reorder the second axis, reshape back.",
-    ),
-    Misconception(
-        "left unchanged",
-        _convert_unchanged,
-        "The rows must be re-ordered so that half-split pairs (j, j + d_head/2) hold what the "
-        "interleaved pairs (2j, 2j + 1) held.",
-    ),
-)
-
-
-def _convert_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(555)
-    return [
-        Case((torch.randn(2 * 8, 5, generator=g), 2), description="W_Q (2 heads x 8, d_in=5)"),
-        Case((torch.randn(3 * 6, 4, generator=g), 3), description="W_K (3 heads x 6, d_in=4)"),
-        Case((torch.randn(2 * 8, generator=g), 2), description="q bias (2 heads x 8,)"),
-    ]
-
-
-def check_interleaved_to_half_split(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(weight (num_heads * d_head, ...), num_heads)`` -> rows re-ordered so that a
-    half-split RoPE model reproduces the interleaved one."""
-    return check_function(
-        "interleaved_to_half_split",
-        learner,
-        _convert_reference,
-        _convert_cases(),
-        CONVERT_MISCONCEPTIONS,
-        shortcuts=("permute_rope_weight",),
+def check_score_prediction(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Check the predicted score ``rope(q, 7) . rope(k, 5)`` given ``rope(q, 2) . rope(k, 0) = 1.25``."""
+    mistakes = (
+        Misconception(
+            "the score grows with the positions",
+            lambda: PREDICTION_SCORE * 7 / 2,
+            "RoPE turns vectors; it never makes them longer. And the score depends on m - n only.",
+        ),
+        Misconception(
+            "moving the tokens changes the score",
+            lambda: 0.0,
+            "Both tokens moved by 5, so their distance is still 2: (R_m q) . (R_n k) = q . R_(n-m) k depends on "
+            "n - m only (section 6).",
+        ),
+    )
+    return check_prediction(
+        "score_prediction",
+        answer,
+        _moved_score,
+        "rope(q, 7) . rope(k, 5), given rope(q, 2) . rope(k, 0) = 1.25",
+        mistakes,
         verbose=verbose,
     )
