@@ -143,7 +143,7 @@ def attention_variant(
     if rope_base is not None and rope_before_split:
         rope = RotaryEmbedding(d_model, first + seq, rope_base, convention)
         q, k, v = (
-            rope.rotate_unchecked(t, positions) if name in rope_on else t
+            rope(t, positions) if name in rope_on else t
             for name, t in zip("qkv", (q, k, v), strict=True)
         )
     splitter = split_heads if split == "view+transpose" else _split_view
@@ -151,7 +151,7 @@ def attention_variant(
     if rope_base is not None and not rope_before_split:
         rope = RotaryEmbedding(d_head, first + seq, rope_base, convention)
         q, k, v = (
-            rope.rotate_unchecked(t, positions) if name in rope_on else t
+            rope(t, positions) if name in rope_on else t
             for name, t in zip("qkv", (q, k, v), strict=True)
         )
     if past_kv is not None:
