@@ -94,7 +94,7 @@ VERSION_CELL = (
 SMOKE_CELLS = [
     "import os, sys, ipywidgets, torch, mhsa_helpers\n"
     "from mhsa_helpers.lessons import LESSONS\n"
-    "from mhsa_helpers.lessons.multi_head import heads_explorer\n"
+    "from mhsa_helpers.lessons.multi_head_attention import heads_explorer\n"
     "from mhsa_helpers.teaching.explorer import nearby_value, open_explorers\n"
     "from mhsa_helpers.teaching.figures import attention_heatmap\n"
     "assert ipywidgets.__version__ == '7.7.1', ipywidgets.__version__\n"

@@ -26,8 +26,8 @@ from mhsa_helpers.lessons.causal_masking import (
 from mhsa_helpers.lessons.causal_masking.exercises import POLARITY_NAME, first_query_keys
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
 from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, uniform_weight, with_gradients
-from mhsa_helpers.lessons.scaled_attention import check_my_attention, check_softmax, check_spread_prediction
-from mhsa_helpers.lessons.scaled_attention.exercises import spread_growth
+from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_softmax, check_spread_prediction
+from mhsa_helpers.lessons.scaled_dot_product_attention.exercises import spread_growth
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {

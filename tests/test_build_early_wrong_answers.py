@@ -21,7 +21,7 @@ from mhsa_helpers.lessons.causal_masking import (
 from mhsa_helpers.lessons.causal_masking.exercises import FINITE_FILL_NAME, FUTURE_NAME, POLARITY_NAME, TOP_LEFT_NAME
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
 from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, WRONG_AXES_NAME
-from mhsa_helpers.lessons.scaled_attention import check_my_attention, check_spread_prediction
+from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_spread_prediction
 
 INF = float("inf")
 

@@ -16,12 +16,16 @@ from test_wrong_answers import Wrong
 from torch import nn
 
 import mhsa_helpers as mh
-from mhsa_helpers.lessons.causal_mhsa import check_mask_prediction, check_my_causal_self_attention, copy_package_weights
-from mhsa_helpers.lessons.causal_mhsa.exercises import CAUSAL_MODULE_MISTAKES
-from mhsa_helpers.lessons.multi_head import check_my_multi_head_attention, check_parameter_prediction
-from mhsa_helpers.lessons.multi_head.exercises import MHA_MODULE_MISTAKES
-from mhsa_helpers.lessons.multi_head.learner import attention_variant, package_parameters
-from mhsa_helpers.lessons.rope import check_apply_rope, check_score_prediction
+from mhsa_helpers.lessons.causal_mhsa_with_rope import (
+    check_mask_prediction,
+    check_my_causal_self_attention,
+    copy_package_weights,
+)
+from mhsa_helpers.lessons.causal_mhsa_with_rope.exercises import CAUSAL_MODULE_MISTAKES
+from mhsa_helpers.lessons.multi_head_attention import check_my_multi_head_attention, check_parameter_prediction
+from mhsa_helpers.lessons.multi_head_attention.exercises import MHA_MODULE_MISTAKES
+from mhsa_helpers.lessons.multi_head_attention.learner import attention_variant, package_parameters
+from mhsa_helpers.lessons.rotary_position_embeddings import check_apply_rope, check_score_prediction
 
 # ------------------------------------------------------------------ the learner's pieces
 

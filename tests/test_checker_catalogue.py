@@ -19,13 +19,13 @@ from test_wrong_answers import Wrong, verdict_counts
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_online_attention, check_online_update
 from mhsa_helpers.lessons.causal_masking import check_cached_causal_mask, check_masked_softmax
-from mhsa_helpers.lessons.causal_mhsa import check_attend_with_cache
-from mhsa_helpers.lessons.circulating_mistakes import check_decode_mask, check_masked_weights
+from mhsa_helpers.lessons.causal_mhsa_with_rope import check_attend_with_cache
 from mhsa_helpers.lessons.induction_heads import check_ablate_head, check_repeat_chunk
 from mhsa_helpers.lessons.long_context import check_alibi_bias, check_window_mask
+from mhsa_helpers.lessons.mistakes_that_circulate import check_decode_mask, check_masked_weights
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_weights_debug
-from mhsa_helpers.lessons.rope import check_apply_rope, check_rope_attention
-from mhsa_helpers.lessons.scaled_attention import check_my_attention, check_softmax
+from mhsa_helpers.lessons.rotary_position_embeddings import check_apply_rope, check_rope_attention
+from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_softmax
 
 INF = float("inf")
 IN_PLACE = "changed an argument in place"  # the name the checkers give, spelled out (not imported) on purpose

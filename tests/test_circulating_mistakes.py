@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from mhsa_helpers import causal_mask, softmax
-from mhsa_helpers.lessons.circulating_mistakes import (
+from mhsa_helpers.lessons.mistakes_that_circulate import (
     BUGS,
     bug,
     bug_names,
@@ -22,7 +22,7 @@ from mhsa_helpers.lessons.circulating_mistakes import (
     check_decode_mask,
     check_masked_weights,
 )
-from mhsa_helpers.lessons.circulating_mistakes.diagrams import MISTAKE_SITES, mistake_map_diagram
+from mhsa_helpers.lessons.mistakes_that_circulate.diagrams import MISTAKE_SITES, mistake_map_diagram
 
 # ---------------------------------------------------------------- the zoo
 

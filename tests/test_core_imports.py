@@ -101,7 +101,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
     assert "mhsa_helpers.checks" in graph["mhsa_helpers.heads"]  # from .checks import expect_int
     assert "mhsa_helpers.compat" in graph["mhsa_helpers.attention"]  # from . import compat
     assert "mhsa_helpers.mha" in graph["mhsa_helpers.block"]
-    assert "mhsa_helpers.teaching.checking" in graph["mhsa_helpers.lessons.rope.exercises"]
+    assert "mhsa_helpers.teaching.checking" in graph["mhsa_helpers.lessons.rotary_position_embeddings.exercises"]
 
 
 @pytest.mark.parametrize("name", CORE)

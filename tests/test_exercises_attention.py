@@ -16,7 +16,7 @@ import torch
 from mhsa_helpers.lessons import LESSONS
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
 from mhsa_helpers.lessons.causal_masking.exercises import random_mask
-from mhsa_helpers.lessons.scaled_attention import check_softmax
+from mhsa_helpers.lessons.scaled_dot_product_attention import check_softmax
 from mhsa_helpers.teaching.checking import Case, Misconception, check_function
 
 # Every registered checker (notebooks 04-06 too) treats a stub, a crash and a non-function alike.

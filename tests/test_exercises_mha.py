@@ -14,9 +14,9 @@ import math
 import pytest
 import torch
 
-from mhsa_helpers.lessons.causal_mhsa import exercises as decoding
-from mhsa_helpers.lessons.multi_head import exercises as heads
-from mhsa_helpers.lessons.rope import exercises as rope
+from mhsa_helpers.lessons.causal_mhsa_with_rope import exercises as decoding
+from mhsa_helpers.lessons.multi_head_attention import exercises as heads
+from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 from mhsa_helpers.rope import RotaryEmbedding
 
 

@@ -28,11 +28,11 @@ from mhsa_helpers import MultiHeadSelfAttention
 from mhsa_helpers.examples import TELESCOPE_SENTENCE, money_bank_grows, sentence_embeddings
 from mhsa_helpers.lessons import LESSONS
 from mhsa_helpers.lessons.causal_masking import masking_explorer
-from mhsa_helpers.lessons.causal_mhsa import mhsa_explorer
-from mhsa_helpers.lessons.multi_head import heads_explorer
+from mhsa_helpers.lessons.causal_mhsa_with_rope import mhsa_explorer
+from mhsa_helpers.lessons.multi_head_attention import heads_explorer
 from mhsa_helpers.lessons.qkv_by_hand import qkv_explorer
-from mhsa_helpers.lessons.rope import rope_explorer
-from mhsa_helpers.lessons.scaled_attention import scaling_explorer
+from mhsa_helpers.lessons.rotary_position_embeddings import rope_explorer
+from mhsa_helpers.lessons.scaled_dot_product_attention import scaling_explorer
 from mhsa_helpers.teaching.explorer import LAYOUT_CACHE, Explorer, nearby_value, open_explorers
 
 ALL = [lesson.explorer for lesson in LESSONS if lesson.explorer is not None]

@@ -13,11 +13,11 @@ from matplotlib.patches import Circle, FancyArrowPatch, Rectangle
 
 from mhsa_helpers import rope_frequencies
 from mhsa_helpers.lessons.causal_masking import causal_mask_diagram
-from mhsa_helpers.lessons.causal_mhsa import kv_cache_diagram, transformer_block_diagram
-from mhsa_helpers.lessons.multi_head import split_merge_diagram
+from mhsa_helpers.lessons.causal_mhsa_with_rope import kv_cache_diagram, transformer_block_diagram
+from mhsa_helpers.lessons.multi_head_attention import split_merge_diagram
 from mhsa_helpers.lessons.qkv_by_hand import one_head_diagram
-from mhsa_helpers.lessons.rope import rotating_pairs_diagram
-from mhsa_helpers.lessons.scaled_attention import matrix_products_diagram
+from mhsa_helpers.lessons.rotary_position_embeddings import rotating_pairs_diagram
+from mhsa_helpers.lessons.scaled_dot_product_attention import matrix_products_diagram
 from mhsa_helpers.teaching.diagrams import ROLE_COLORS, head_colors
 
 

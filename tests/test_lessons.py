@@ -106,6 +106,24 @@ def test_every_lesson_folder_is_registered():
 
 
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_each_lesson_folder_is_named_like_its_notebook(item):
+    assert item.notebook.stem == f"{item.number:02d}_{item.slug}"
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_the_registry_lists_the_checkers_the_notebook_calls_in_its_order(item):
+    """The registry names each lesson's checkers itself; they are the ones its notebook's exercises
+    call, first call first (a checker added to the notebook but not registered fails here)."""
+    called: list[str] = []
+    for cell in json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "code":
+            for name in re.findall(r"\b(check_[a-z0-9_]+)\(", "".join(cell["source"])):
+                if name not in called:
+                    called.append(name)
+    assert [checker.__name__ for checker in item.checkers] == called
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
 def test_lesson_package_exports_its_explorer_and_checkers(item):
     package = importlib.import_module(f"mhsa_helpers.lessons.{item.slug}")
     assert item.checkers, "every lesson has exercises"

@@ -20,7 +20,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from mhsa_helpers.lessons.rope import figures as rope_figures
+from mhsa_helpers.lessons.rotary_position_embeddings import figures as rope_figures
 from mhsa_helpers.teaching import figures
 
 

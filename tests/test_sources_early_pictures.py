@@ -15,8 +15,8 @@ import pytest
 import torch
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from mhsa_helpers.lessons.causal_mhsa import mhsa_explorer
-from mhsa_helpers.lessons.multi_head import split_merge_diagram
+from mhsa_helpers.lessons.causal_mhsa_with_rope import mhsa_explorer
+from mhsa_helpers.lessons.multi_head_attention import split_merge_diagram
 from mhsa_helpers.lessons.qkv_by_hand import one_head_diagram
 from mhsa_helpers.teaching import figures
 

@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from mhsa_helpers import causal_mask, softmax
 from mhsa_helpers.lessons.attention_at_scale import cache_explorer, tiles_explorer
-from mhsa_helpers.lessons.circulating_mistakes import BUGS, bug, bug_zoo_explorer
+from mhsa_helpers.lessons.mistakes_that_circulate import BUGS, bug, bug_zoo_explorer
 from mhsa_helpers.tiled_attention import tiled_attention
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

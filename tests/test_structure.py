@@ -208,7 +208,7 @@ def test_every_suppression_names_its_codes_and_says_why():
         ("from .teaching import figures", "mhsa_helpers.mha", False, 2),
         ("from . import lessons", "mhsa_helpers.mha", False, 1),
         ("from . import teaching", "mhsa_helpers", True, 1),
-        ("import mhsa_helpers.lessons.rope", "mhsa_helpers.rope", False, 1),
+        ("import mhsa_helpers.lessons.rotary_position_embeddings", "mhsa_helpers.rope", False, 1),
         ("from mhsa_helpers.teaching.checking import Case", "mhsa_helpers.checks", False, 2),
         ("from .. import teaching", "mhsa_helpers.lessons", True, 1),
         ("from . import checks, masking", "mhsa_helpers.mha", False, 0),

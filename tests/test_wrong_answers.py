@@ -17,10 +17,14 @@ import torch
 
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_cache_bytes, check_online_attention
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
-from mhsa_helpers.lessons.causal_mhsa import check_attend_with_cache
-from mhsa_helpers.lessons.multi_head import check_merge_heads, check_multi_head_attention, check_split_heads
-from mhsa_helpers.lessons.rope import check_apply_rope, check_rope_attention, check_rope_frequencies
-from mhsa_helpers.lessons.scaled_attention import check_softmax
+from mhsa_helpers.lessons.causal_mhsa_with_rope import check_attend_with_cache
+from mhsa_helpers.lessons.multi_head_attention import check_merge_heads, check_multi_head_attention, check_split_heads
+from mhsa_helpers.lessons.rotary_position_embeddings import (
+    check_apply_rope,
+    check_rope_attention,
+    check_rope_frequencies,
+)
+from mhsa_helpers.lessons.scaled_dot_product_attention import check_softmax
 
 INF = float("inf")
 

@@ -1,13 +1,15 @@
 """The lessons: one folder per notebook, and :data:`LESSONS`, the one list of them.
 
-Each folder ``mhsa_helpers/lessons/<slug>/`` holds what its notebook uses beyond the core:
+Each folder ``mhsa_helpers/lessons/<slug>/`` holds what its notebook uses beyond the core; the slug is the
+notebook's name without its number (``05_rotary_position_embeddings.ipynb`` → ``lessons/rotary_position_embeddings``):
 ``exercises.py`` (the checkers), ``explorer.py`` (the explorer) and, when its pictures are its
 own, ``figures.py``. Tests, benchmarks, the Colab-like check and the README's table of the
 series iterate :data:`LESSONS`; nothing else lists the notebooks.
 
 Adding notebook 07 means: ``notebooks/07_<name>.ipynb``, its solutions notebook
-``notebooks/solutions/07_<name>_solutions.ipynb``, a folder ``lessons/<slug>/`` and one
-:class:`Lesson` at the end of :data:`LESSONS`.
+``notebooks/solutions/07_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
+:class:`Lesson` at the end of :data:`LESSONS`, which lists the notebook's checkers in the order of its
+exercises (registered here, not found by their names).
 
 ``python -m mhsa_helpers.lessons --markdown`` prints the README's table of the series.
 """
@@ -22,15 +24,15 @@ from typing import Any
 from . import (
     attention_at_scale,
     causal_masking,
-    causal_mhsa,
-    circulating_mistakes,
+    causal_mhsa_with_rope,
     induction_heads,
     long_context,
-    multi_head,
+    mistakes_that_circulate,
+    multi_head_attention,
     qkv_by_hand,
     real_model,
-    rope,
-    scaled_attention,
+    rotary_position_embeddings,
+    scaled_dot_product_attention,
 )
 
 __all__ = ["LESSONS", "PLANNED", "Lesson", "lesson", "markdown_table"]
@@ -56,18 +58,25 @@ class Lesson:
     summary: str = ""
 
 
-def _lesson(number: int, slug: str, name: str, title: str, module: Any, explorer: str, summary: str) -> Lesson:
+def _lesson(
+    number: int,
+    name: str,
+    title: str,
+    module: Any,
+    explorer: str,
+    *,
+    checkers: tuple[Callable[..., Any], ...],
+    summary: str,
+) -> Lesson:
     stem = f"{number:02d}_{name}"
     return Lesson(
         number=number,
-        slug=slug,
+        slug=name,
         title=title,
         notebook=PurePosixPath(f"notebooks/{stem}.ipynb"),
         solutions=PurePosixPath(f"notebooks/solutions/{stem}_solutions.ipynb"),
         explorer=getattr(module, explorer),
-        checkers=tuple(
-            getattr(module.exercises, name) for name in module.exercises.__all__ if name.startswith("check_")
-        ),
+        checkers=checkers,
         summary=summary,
     )
 
@@ -77,113 +86,188 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(
         1,
         "qkv_by_hand",
-        "qkv_by_hand",
         "Q, K, V by hand: “Money Bank Grows”",
         qkv_by_hand,
         "qkv_explorer",
-        "one query with no weights, then every number of two-head attention on a three-word sentence, computed as on "
-        "paper; E·W versus x·Wᵀ",
+        checkers=(
+            qkv_by_hand.check_uniform_prediction,
+            qkv_by_hand.check_weights_debug,
+            qkv_by_hand.check_attention_head,
+        ),
+        summary=(
+            "one query with no weights, then every number of two-head attention on a three-word sentence, "
+            "computed as on paper; E·W versus x·Wᵀ"
+        ),
     ),
     _lesson(
         2,
-        "scaled_attention",
         "scaled_dot_product_attention",
         "Scaled dot-product attention",
-        scaled_attention,
+        scaled_dot_product_attention,
         "scaling_explorer",
-        "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, cross-attention, "
-        "equality with PyTorch",
+        checkers=(
+            scaled_dot_product_attention.check_spread_prediction,
+            scaled_dot_product_attention.check_softmax,
+            scaled_dot_product_attention.check_my_attention,
+        ),
+        summary=(
+            "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, "
+            "cross-attention, equality with PyTorch"
+        ),
     ),
     _lesson(
         3,
         "causal_masking",
-        "causal_masking",
         "Causal masking",
         causal_masking,
         "masking_explorer",
-        "hiding the future: two equal masking methods, mask polarity, the fully-masked-row NaN trap, padding, dropout",
+        checkers=(
+            causal_masking.check_cache_prediction,
+            causal_masking.check_masked_softmax,
+            causal_masking.check_cached_causal_mask,
+            causal_masking.check_causal_attention,
+        ),
+        summary=(
+            "hiding the future: two equal masking methods, mask polarity, the fully-masked-row NaN trap, "
+            "padding, dropout"
+        ),
     ),
     _lesson(
         4,
-        "multi_head",
         "multi_head_attention",
         "Multi-head attention",
-        multi_head,
+        multi_head_attention,
         "heads_explorer",
-        "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV layouts, "
-        "`nn.MultiheadAttention`",
+        checkers=(
+            multi_head_attention.check_split_heads,
+            multi_head_attention.check_merge_heads,
+            multi_head_attention.check_parameter_prediction,
+            multi_head_attention.check_multi_head_attention,
+            multi_head_attention.check_my_multi_head_attention,
+        ),
+        summary=(
+            "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV "
+            "layouts, `nn.MultiheadAttention`"
+        ),
     ),
     _lesson(
         5,
-        "rope",
         "rotary_position_embeddings",
         "Rotary position embeddings (RoPE)",
-        rope,
+        rotary_position_embeddings,
         "rope_explorer",
-        "absolute positions (sinusoidal, learned) and why RoPE replaced them, rotating pairs of dimensions, scores "
-        "that depend only on m−n, interleaved versus half-split pairing",
+        checkers=(
+            rotary_position_embeddings.check_rope_frequencies,
+            rotary_position_embeddings.check_score_prediction,
+            rotary_position_embeddings.check_rope_attention,
+            rotary_position_embeddings.check_apply_rope,
+        ),
+        summary=(
+            "absolute positions (sinusoidal, learned) and why RoPE replaced them, rotating pairs of "
+            "dimensions, scores that depend only on m−n, interleaved versus half-split pairing"
+        ),
     ),
     _lesson(
         6,
-        "causal_mhsa",
         "causal_mhsa_with_rope",
         "Putting it together: causal multi-head self-attention with RoPE",
-        causal_mhsa,
+        causal_mhsa_with_rope,
         "mhsa_explorer",
-        "the whole attention layer, the functional and module interfaces, incremental decoding with a KV cache, "
-        "cost versus length, the Transformer block around it",
+        checkers=(
+            causal_mhsa_with_rope.check_mask_prediction,
+            causal_mhsa_with_rope.check_attend_with_cache,
+            causal_mhsa_with_rope.check_my_causal_self_attention,
+        ),
+        summary=(
+            "the whole attention layer, the functional and module interfaces, incremental decoding with a KV "
+            "cache, cost versus length, the Transformer block around it"
+        ),
     ),
     _lesson(
         7,
         "induction_heads",
-        "induction_heads",
         "Watch attention learn: induction heads",
         induction_heads,
         "training_explorer",
-        "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and induction "
-        "heads found by score and ablation, the fixed-offset shortcut, attention sinks, learned positions compared",
+        checkers=(
+            induction_heads.check_untrained_prediction,
+            induction_heads.check_induction_score,
+            induction_heads.check_repeat_chunk,
+            induction_heads.check_ablate_head,
+        ),
+        summary=(
+            "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and "
+            "induction heads found by score and ablation, the fixed-offset shortcut, attention sinks, learned "
+            "positions compared"
+        ),
     ),
     _lesson(
         8,
         "attention_at_scale",
-        "attention_at_scale",
         "Attention at scale: FlashAttention's online softmax, GQA/MQA and the KV cache's memory",
         attention_at_scale,
         "tiles_explorer",
-        "the online softmax and tiled attention that never builds the (n, n) matrix, grouped- and multi-query "
-        "attention, what the KV cache of real models costs, a preallocated cache",
+        checkers=(
+            attention_at_scale.check_online_update,
+            attention_at_scale.check_online_attention,
+            attention_at_scale.check_expand_kv,
+            attention_at_scale.check_kv_cache_bytes,
+        ),
+        summary=(
+            "the online softmax and tiled attention that never builds the (n, n) matrix, grouped- and "
+            "multi-query attention, what the KV cache of real models costs, a preallocated cache"
+        ),
     ),
     _lesson(
         9,
         "long_context",
-        "long_context",
         "Long context: sliding windows, attention sinks, ALiBi and stretching RoPE",
         long_context,
         "stretch_explorer",
-        "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows reach, "
-        "attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, and RoPE "
-        "stretched by interpolation, NTK-aware scaling and YaRN, with their trade-offs measured",
+        checkers=(
+            long_context.check_window_mask,
+            long_context.check_alibi_bias,
+            long_context.check_ntk_frequencies,
+        ),
+        summary=(
+            "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows "
+            "reach, attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, "
+            "and RoPE stretched by interpolation, NTK-aware scaling and YaRN, with their trade-offs measured"
+        ),
     ),
     _lesson(
         10,
-        "circulating_mistakes",
         "mistakes_that_circulate",
         "Mistakes that circulate",
-        circulating_mistakes,
+        mistakes_that_circulate,
         "bug_zoo_explorer",
-        "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of attention "
-        "bugs in code (seven reported in public projects, linked; one illustration), each next to its fix",
+        checkers=(
+            mistakes_that_circulate.check_masked_weights,
+            mistakes_that_circulate.check_decode_mask,
+        ),
+        summary=(
+            "appendix: wrong versions of the formulas that get copied, written out and run, and a zoo of "
+            "attention bugs in code (seven reported in public projects, linked; one illustration), each next "
+            "to its fix"
+        ),
     ),
     _lesson(
         11,
         "real_model",
-        "real_model",
         "A real model runs on your attention",
         real_model,
         "real_attention_explorer",
-        "SmolLM2-135M, installed from PyPI and built from this package's parts: its configuration and KV cache, "
-        "text generated token by token, the RoPE pairing that breaks it, and real attention sinks, previous-token "
-        "and induction heads, measured and ablated",
+        checkers=(
+            real_model.check_head_induction_score,
+            real_model.check_sink_heads,
+            real_model.check_copy_loss,
+            real_model.check_ablation_prediction,
+        ),
+        summary=(
+            "SmolLM2-135M, installed from PyPI and built from this package's parts: its configuration and KV "
+            "cache, text generated token by token, the RoPE pairing that breaks it, and real attention sinks, "
+            "previous-token and induction heads, measured and ablated"
+        ),
     ),
 )
 

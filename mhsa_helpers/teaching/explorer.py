@@ -5,7 +5,7 @@ checks, slider defaults and seeding helpers.
 Each lesson's explorer (``mhsa_helpers.lessons.<slug>.explorer``) subclasses
 :class:`Explorer` and is returned by a factory function that checks its settings first::
 
-    from mhsa_helpers.lessons.multi_head import heads_explorer
+    from mhsa_helpers.lessons.multi_head_attention import heads_explorer
     explorer = heads_explorer()
     explorer                                   # shows the controls, a caption and the figure
     explorer.controls["num_heads"].value = 4   # same as moving the control by hand

@@ -13,7 +13,7 @@ sums to 1. :class:`Heatmap` and :class:`HeadGrid` update their pictures in place
 explorers keep them and redraw only what changed.
 
 Figures that belong to one lesson live in its folder (e.g. the RoPE pictures in
-:mod:`mhsa_helpers.lessons.rope.figures`).
+:mod:`mhsa_helpers.lessons.rotary_position_embeddings.figures`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import torch
 
 from ... import RotaryEmbedding, causal_mask, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
-from ..multi_head.exercises import MHA_MODULE_MISTAKES
-from ..multi_head.learner import ModuleSetting, check_module, check_prediction
+from ..multi_head_attention.exercises import MHA_MODULE_MISTAKES
+from ..multi_head_attention.learner import ModuleSetting, check_module, check_prediction
 from .learner import copy_package_weights
 
 __all__ = ["check_attend_with_cache", "check_mask_prediction", "check_my_causal_self_attention"]

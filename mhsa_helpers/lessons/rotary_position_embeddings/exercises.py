@@ -15,7 +15,7 @@ import torch
 
 from ... import RotaryEmbedding, apply_rotary, rope_frequencies, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
-from ..multi_head.learner import check_prediction
+from ..multi_head_attention.learner import check_prediction
 
 __all__ = [
     "check_apply_rope",

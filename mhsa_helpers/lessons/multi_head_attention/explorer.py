@@ -2,7 +2,7 @@
 more or fewer heads, one head framed.
 
 Its inputs and seeded module (:func:`heads_inputs`, :func:`seeded_module`) are shared with
-notebook 06's explorer (:mod:`mhsa_helpers.lessons.causal_mhsa.explorer`), so that both draw the
+notebook 06's explorer (:mod:`mhsa_helpers.lessons.causal_mhsa_with_rope.explorer`), so that both draw the
 same sentence through the same projections. The constants below let a notebook rebuild them.
 """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from ... import MultiHeadSelfAttention
-from ..multi_head.learner import load_package_weights
+from ..multi_head_attention.learner import load_package_weights
 
 __all__ = ["copy_package_weights"]
 

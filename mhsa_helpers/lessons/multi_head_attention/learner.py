@@ -142,18 +142,12 @@ def attention_variant(
     positions = torch.arange(first, first + seq)
     if rope_base is not None and rope_before_split:
         rope = RotaryEmbedding(d_model, first + seq, rope_base, convention)
-        q, k, v = (
-            rope(t, positions) if name in rope_on else t
-            for name, t in zip("qkv", (q, k, v), strict=True)
-        )
+        q, k, v = (rope(t, positions) if name in rope_on else t for name, t in zip("qkv", (q, k, v), strict=True))
     splitter = split_heads if split == "view+transpose" else _split_view
     q, k, v = splitter(q, num_heads), splitter(k, num_heads), splitter(v, num_heads)
     if rope_base is not None and not rope_before_split:
         rope = RotaryEmbedding(d_head, first + seq, rope_base, convention)
-        q, k, v = (
-            rope(t, positions) if name in rope_on else t
-            for name, t in zip("qkv", (q, k, v), strict=True)
-        )
+        q, k, v = (rope(t, positions) if name in rope_on else t for name, t in zip("qkv", (q, k, v), strict=True))
     if past_kv is not None:
         k, v = torch.cat((past_kv[0], k), dim=-2), torch.cat((past_kv[1], v), dim=-2)
     scale = d_head**-0.5 if scale_by == "d_head" else d_model**-0.5
