@@ -14,12 +14,6 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
   does not), and a new core module is included unasked. The explorers are left out: most of
   their mutants change a slider's label or a colour, and each costs a figure drawn per test
   (tens of seconds here), which would make the run hours longer.
-* mutmut leaves decorated functions alone, because a decorator can have side effects at
-  definition time. Our one function decorator, ``@checks.checked_by(...)``, has none (it
-  wraps the function with ``functools.wraps``), and most public functions wear it, so here
-  mutmut is told to mutate functions whose only decorators are ``checked_by``. The decorator's
-  own arguments are still never mutated (mutmut skips every ``Decorator`` node).
-
 * mutmut runs a mutant's tests by their ids, and pytest (run in mutmut's process) cannot
   select an id whose parameters hold a "/" (read as a path) or a backslash (escaped twice).
   Those tests (52 of about 1,650 today) are deselected before mutmut records which test
@@ -36,10 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import libcst as cst
 from mutmut import configuration
 from mutmut.__main__ import cli
-from mutmut.mutation import file_mutation
 
 EXTRA_FILES = ("mhsa_helpers/teaching/checking.py",)
 
@@ -47,29 +39,6 @@ EXTRA_FILES = ("mhsa_helpers/teaching/checking.py",)
 def files_to_mutate() -> list[str]:
     core = sorted(str(path) for path in Path("mhsa_helpers").glob("*.py") if path.name != "__init__.py")
     return [*core, *EXTRA_FILES]
-
-
-def is_checked_by(decorator: cst.Decorator) -> bool:
-    call = decorator.decorator
-    if not isinstance(call, cst.Call):
-        return False
-    func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-    return name == "checked_by"
-
-
-original_skip = file_mutation.MutationVisitor._skip_node_and_children
-
-
-def skip_node_and_children(self: file_mutation.MutationVisitor, node: cst.CSTNode) -> bool:
-    if isinstance(node, cst.FunctionDef) and node.decorators and all(map(is_checked_by, node.decorators)):
-        # mutmut looks only at the node's own type, name and line here; the line (for
-        # "# pragma: no mutate") is read from the original node first.
-        if original_skip(self, node.with_changes(decorators=())):
-            return True
-        position = self.get_metadata(file_mutation.PositionProvider, node, None)
-        return bool(position and position.start.line in self._ignored_node_lines)
-    return original_skip(self, node)
 
 
 def ids_pytest_cannot_select(selection: list[str]) -> list[str]:
@@ -83,7 +52,6 @@ def ids_pytest_cannot_select(selection: list[str]) -> list[str]:
 
 
 def main() -> None:
-    file_mutation.MutationVisitor._skip_node_and_children = skip_node_and_children  # type: ignore[method-assign]  # see the module docstring
     config = configuration.config()
     config.only_mutate = files_to_mutate()
     selection = config.pytest_add_cli_args_test_selection
