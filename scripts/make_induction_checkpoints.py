@@ -8,9 +8,9 @@ both in mhsa_helpers/lessons/induction_heads/checkpoints/.
 
 Trains the default model of ``InductionConfig`` on the CPU with seed ``CHECKPOINT_SEED`` and keeps
 float16 weights at ``CHECKPOINT_STEPS``; with ``--positions learned``, the same settings with
-``positions="learned"``, keeping only ``LEARNED_CHECKPOINT_STEPS``. ``tests/test_induction_heads.py``
-regenerates a prefix of the first and compares it with the shipped file;
-``tests/test_learned_positions.py`` retrains the second and compares its losses.
+``positions="learned"``, keeping only ``LEARNED_CHECKPOINT_STEPS``. In ``tests/lessons/07_induction_heads/``,
+``test_induction_heads.py`` regenerates a prefix of the first and compares it with the shipped file;
+``test_induction_heads_learned_positions.py`` retrains the second and compares its losses.
 """
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ RIGHT = {
 }
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
-#: The checkers whose answer is a module class (tested for its own slips in test_build_middle_modules).
+#: The checkers whose answer is a module class (tested for its own slips in tests/lessons/*/test_*_module.py).
 MODULES = ("check_my_multi_head_attention", "check_my_causal_self_attention")
 #: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (

@@ -203,33 +203,3 @@ def test_without_rope_the_two_conventions_are_the_same_cache():
         in_cache = SlidingWindowCache(3, 1, rope_positions="cache")
         b = [layer(x[:, t : t + 1], cache=in_cache) for t in range(10)]
     torch.testing.assert_close(torch.cat(a, 1), torch.cat(b, 1))
-
-
-# ------------------------------------------------------------------ notebook 09's streaming experiment
-
-
-def test_streaming_with_original_positions_equals_the_full_pass_with_the_window_mask():
-    from mhsa_helpers.lessons.long_context import long_batch, split_losses_with_mask, streaming_losses, stretched_model
-
-    model = stretched_model(48)
-    batch = long_batch(48, batch_size=16, max_repeat=10, seed=7)
-    for sinks in (0, 1):
-        streamed = streaming_losses(model, batch, window=12, sinks=sinks)
-        masked = split_losses_with_mask(model, batch, sliding_window_mask(48, window=12, sinks=sinks))
-        assert streamed == pytest.approx(masked, abs=1e-4)
-    in_cache = streaming_losses(model, batch, window=12, sinks=1, rope_positions="cache")
-    assert abs(in_cache["all"] - streamed["all"]) > 1e-3  # the sink's position changed what the model computes
-
-
-def test_streaming_losses_checks_its_arguments():
-    from mhsa_helpers.lessons.induction_heads import InductionConfig, build_model
-    from mhsa_helpers.lessons.long_context import long_batch, streaming_losses, stretched_model
-
-    batch = long_batch(16, batch_size=2)
-    with pytest.raises(ValueError, match="rope_positions must be one of"):
-        streaming_losses(stretched_model(16), batch, window=4, rope_positions="slots")
-    with pytest.raises(ValueError, match="window must be >= 1"):
-        streaming_losses(stretched_model(16), batch, window=0)
-    learned = build_model(InductionConfig(positions="learned", seq_len=32))
-    with pytest.raises(ValueError, match="model must use RoPE"):
-        streaming_losses(learned, batch, window=4)

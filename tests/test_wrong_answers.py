@@ -236,7 +236,7 @@ CATALOGUE = [
     ),
     Wrong(check_rope_attention, "no RoPE at all", lambda q, k, v, p, base: sdpa_weights(q, k) @ v),
     # ----------------------------------------------------------- 06 decoding with a cache
-    # (the learner's modules and the predictions: test_build_middle_modules)
+    # (the learner's modules and the predictions: tests/lessons/NN_<name>/test_<name>_module.py)
     Wrong(
         check_attend_with_cache,
         "positions restart at 0",

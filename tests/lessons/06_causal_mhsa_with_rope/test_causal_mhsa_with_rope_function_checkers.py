@@ -1,5 +1,5 @@
-"""The function checkers of notebooks 04-06 name the mistakes they are built to catch (the module and
-prediction checkers: test_build_middle_modules).
+"""The function checkers of notebook 06 (attend_with_cache) name the mistakes
+they are built to catch (the module and prediction checkers: ``test_causal_mhsa_with_rope_module.py``).
 
 For each checker: an independent correct solution (written here from torch primitives,
 not taken from the package) is "correct"; a stub is "not_attempted"; hand-written
@@ -15,8 +15,6 @@ import pytest
 import torch
 
 from mhsa_helpers.lessons.causal_mhsa_with_rope import exercises as decoding
-from mhsa_helpers.lessons.multi_head_attention import exercises as heads
-from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 from mhsa_helpers.rope import RotaryEmbedding
 
 
@@ -24,33 +22,11 @@ def stub(*args, **kwargs):
     raise NotImplementedError
 
 
-# ------------------------------------------------ independent correct solutions
-
-
-def split_ok(x, num_heads):
-    *batch, seq, d_model = x.shape
-    return x.reshape(*batch, seq, num_heads, d_model // num_heads).transpose(-3, -2)
-
-
-def merge_ok(x):
-    *batch, heads_, seq, d_head = x.shape
-    return x.transpose(-3, -2).reshape(*batch, seq, heads_ * d_head)
-
-
 def attention_ok(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
-
-
-def mha_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    return merge_ok(attention_ok(q, k, v)) @ o_weight.T
-
-
-def frequencies_ok(d_head, base):
-    return torch.tensor([base ** (-2 * i / d_head) for i in range(d_head // 2)])
 
 
 def rotate_ok(x, positions, base=10000.0, pairs="interleaved"):
@@ -66,10 +42,6 @@ def rotate_ok(x, positions, base=10000.0, pairs="interleaved"):
             out[..., j, a] = xa * c - xb * s
             out[..., j, b] = xa * s + xb * c
     return out
-
-
-def rope_attention_ok(q, k, v, positions, base):
-    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), v)
 
 
 def decoding_mask_ok(num_new, total):
@@ -97,43 +69,6 @@ def attend_with_cache_ok(q_new, k_new, v_new, cached_k, cached_v, rope_module):
     return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module)
 
 
-# ---------------------------------------- hand-written versions of listed mistakes
-
-
-def split_view_without_transpose(x, num_heads):
-    *batch, seq, d_model = x.shape
-    return x.view(*batch, num_heads, seq, d_model // num_heads)
-
-
-def mha_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    q, k, v = (split_ok(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    return merge_ok(attention_ok(q, k, v))
-
-
-def mha_view_without_transpose(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    *batch, seq, d_model = x.shape
-    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    return attention_ok(q, k, v).reshape(*batch, seq, d_model) @ o_weight.T
-
-
-def mha_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    # Split with a plain view (no transpose) but merge correctly: positions mix inside each head.
-    q, k, v = (split_view_without_transpose(x @ w.T, num_heads) for w in (q_weight, k_weight, v_weight))
-    return merge_ok(attention_ok(q, k, v)) @ o_weight.T
-
-
-def rope_attention_rotating_v(q, k, v, positions, base):
-    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), rotate_ok(v, positions, base))
-
-
-def apply_rope_half_split(x, positions, base):
-    return rotate_ok(x, positions, base, pairs="half_split")
-
-
-def rope_attention_half_split(q, k, v, positions, base):
-    return attention_ok(rotate_ok(q, positions, base, "half_split"), rotate_ok(k, positions, base, "half_split"), v)
-
-
 def attend_with_cache_restarting_positions(q_new, k_new, v_new, cached_k, cached_v, rope_module):
     # the mistake: positions as if the sequence started again
     return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, first_position=0)
@@ -146,27 +81,13 @@ def attend_with_cache_mask_strict(q_new, k_new, v_new, cached_k, cached_v, rope_
     return _attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope_module, mask=strict)
 
 
-# ------------------------------------------------------------------- the table
-
 CHECKERS = {
-    "split_heads": (heads.check_split_heads, split_ok, heads.SPLIT_HEADS_MISCONCEPTIONS),
-    "merge_heads": (heads.check_merge_heads, merge_ok, heads.MERGE_HEADS_MISCONCEPTIONS),
-    "multi_head_attention": (heads.check_multi_head_attention, mha_ok, heads.MHA_MISCONCEPTIONS),
-    "rope_frequencies": (rope.check_rope_frequencies, frequencies_ok, rope.FREQUENCY_MISCONCEPTIONS),
-    "apply_rope": (rope.check_apply_rope, rotate_ok, rope.APPLY_MISCONCEPTIONS),
-    "rope_attention": (rope.check_rope_attention, rope_attention_ok, rope.ROPE_ATTENTION_MISCONCEPTIONS),
     "attend_with_cache": (decoding.check_attend_with_cache, attend_with_cache_ok, decoding.STEP_MISCONCEPTIONS),
 }
 
+
 # The mistakes the issue asks the checkers to name, written by hand above.
 LISTED_MISTAKES = [
-    ("split_heads", split_view_without_transpose, "view without transpose"),
-    ("multi_head_attention", mha_view_without_transpose, "view without transpose"),
-    ("multi_head_attention", mha_split_view_merge_ok, "view without transpose when splitting (merge correct)"),
-    ("multi_head_attention", mha_without_w_o, "forgot W_O"),
-    ("rope_attention", rope_attention_rotating_v, "RoPE applied to V"),
-    ("apply_rope", apply_rope_half_split, "wrong pairing convention (half-split)"),
-    ("rope_attention", rope_attention_half_split, "wrong pairing convention (half-split)"),
     ("attend_with_cache", attend_with_cache_restarting_positions, "RoPE positions restart at 0"),
     ("attend_with_cache", attend_with_cache_mask_strict, "cache mask off by one: a token cannot see itself"),
 ]
@@ -239,12 +160,6 @@ def test_a_crash_is_reported_not_raised(name):
     result = checker(crashes, verbose=False)
     assert result.status == "error"
     assert "ValueError: boom" in result.message
-
-
-def test_scaled_answer_is_incorrect_with_its_case_named():
-    result = heads.check_multi_head_attention(lambda *a: 1.5 * mha_ok(*a), verbose=False)
-    assert result.status == "incorrect"
-    assert "x (2, 4, 8), 2 heads" in result.message
 
 
 def test_attend_with_cache_cases_have_a_cache():

@@ -1,0 +1,190 @@
+"""Wrong answers to notebook 01's exercises (the learner's own head, the debugging of the attention weights,
+the uniform-weight prediction), written the way a learner writes them. No checker may accept one; where a
+name is given, the checker must name that mistake (and the message must contain the listed words).
+``test_the_catalogue_is_counted`` prints the counts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_wrong_answers import Wrong, verdict_counts
+
+from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
+from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, WRONG_AXES_NAME
+
+
+def head(x, w_q, w_k, w_v, *, scale=None, dim=-1, key=lambda k: k.transpose(-2, -1), layout=lambda w: w):
+    q, k, v = x @ layout(w_q), x @ layout(w_k), x @ layout(w_v)
+    scores = q @ key(k) / (math.sqrt(q.shape[-1]) if scale is None else scale(q, x, v))
+    weights = torch.softmax(scores, dim=dim)
+    return weights @ v, weights
+
+
+def head_detached(x, w_q, w_k, w_v):
+    out, weights = head(x, w_q, w_k, w_v)
+    return out.detach(), weights.detach()
+
+
+def head_rebuilt_from_a_list(x, w_q, w_k, w_v):
+    out, weights = head(x, w_q, w_k, w_v)
+    return torch.tensor(out.tolist(), dtype=x.dtype), torch.tensor(weights.tolist(), dtype=x.dtype)
+
+
+def head_without_value_projection(x, w_q, w_k, w_v):
+    q, k = x @ w_q, x @ w_k
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ x, weights
+
+
+def head_under_no_grad(x, w_q, w_k, w_v):
+    with torch.no_grad():
+        return head(x, w_q, w_k, w_v)
+
+
+HEAD = [
+    Wrong(check_attention_head, "no scaling", lambda *a: head(*a, scale=lambda q, x, v: 1.0), "no √d_k scaling"),
+    Wrong(
+        check_attention_head,
+        "divides by d_k",
+        lambda *a: head(*a, scale=lambda q, x, v: q.shape[-1]),
+        "scaled by d_k instead of √d_k",
+    ),
+    Wrong(
+        check_attention_head,
+        "divides by sqrt of the input width",
+        lambda *a: head(*a, scale=lambda q, x, v: x.shape[-1] ** 0.5),
+        "scaled by √d_in (the embedding width) instead of √d_k",
+    ),
+    Wrong(
+        check_attention_head,
+        "divides by sqrt(d_v)",
+        lambda *a: head(*a, scale=lambda q, x, v: math.sqrt(v.shape[-1])),
+        "scaled by √d_v (the value width) instead of √d_k",
+    ),
+    Wrong(check_attention_head, "softmax over the queries", lambda *a: head(*a, dim=-2), "softmax over the query axis"),
+    Wrong(check_attention_head, "softmax over dim=1", lambda *a: head(*a, dim=1), "softmax over the query axis"),
+    Wrong(check_attention_head, "k not transposed", lambda *a: head(*a, key=lambda k: k), "did not transpose K"),
+    Wrong(
+        check_attention_head, "k.transpose(0, 1)", lambda *a: head(*a, key=lambda k: k.transpose(0, 1)), WRONG_AXES_NAME
+    ),
+    Wrong(
+        check_attention_head,
+        "nn.Linear's layout, x @ w.T",
+        lambda *a: head(*a, layout=lambda w: w.T),
+        "used PyTorch's x·Wᵀ layout on paper (d_in, d_out) matrices",
+        ("On rectangular inputs",),
+    ),
+    Wrong(
+        check_attention_head,
+        "returns the scaled scores as weights",
+        lambda x, w_q, w_k, w_v: (
+            head(x, w_q, w_k, w_v)[0],
+            (x @ w_q) @ (x @ w_k).transpose(-2, -1) / math.sqrt(w_q.shape[-1]),
+        ),
+        "returned the scores, not the weights",
+    ),
+    Wrong(check_attention_head, "averages x, not V", head_without_value_projection, "averaged x instead of V"),
+    Wrong(
+        check_attention_head,
+        "W_Q and W_K swapped",
+        lambda x, w_q, w_k, w_v: head(x, w_k, w_q, w_v),
+        "swapped W_Q and W_K (rows are keys)",
+    ),
+    Wrong(
+        check_attention_head,
+        "(weights, output)",
+        lambda *a: head(*a)[::-1],
+        "returned (weights, output) in the wrong order",
+    ),
+    Wrong(check_attention_head, "detached outputs", head_detached, GRADIENT_NAME, ("no gradient", ".detach()")),
+    Wrong(
+        check_attention_head, "torch.tensor(out.tolist())", head_rebuilt_from_a_list, GRADIENT_NAME, ("no gradient",)
+    ),
+    Wrong(check_attention_head, "under torch.no_grad()", head_under_no_grad, GRADIENT_NAME, ("no gradient",)),
+    Wrong(check_attention_head, "only the output", lambda *a: head(*a)[0], None, ("return 2 tensors",)),
+]
+
+
+def weights(q, k, *, divide=lambda q: math.sqrt(q.shape[-1]), dim=-1):
+    return torch.softmax(q @ k.transpose(-2, -1) / divide(q), dim=dim)
+
+
+DEBUG = [
+    Wrong(
+        check_weights_debug,
+        "nothing fixed",
+        lambda q, k: weights(q, k, divide=lambda q: q.shape[-1], dim=-2),
+        "both bugs are still there",
+        ("d_k instead of √d_k", "dim=-2"),
+    ),
+    Wrong(
+        check_weights_debug,
+        "only the axis fixed",
+        lambda q, k: weights(q, k, divide=lambda q: q.shape[-1]),
+        "one bug left: the scale",
+    ),
+    Wrong(
+        check_weights_debug,
+        "only the scale fixed",
+        lambda q, k: weights(q, k, dim=-2),
+        "one bug left: the softmax's axis",
+    ),
+    Wrong(
+        check_weights_debug,
+        "the scale dropped instead of fixed",
+        lambda q, k: weights(q, k, divide=lambda q: 1.0),
+        "one bug left: the scale",
+        ("do not drop it",),
+    ),
+    Wrong(
+        check_weights_debug,
+        "scale dropped, axis untouched",
+        lambda q, k: weights(q, k, divide=lambda q: 1.0, dim=-2),
+        "two bugs",
+    ),
+    Wrong(
+        check_weights_debug,
+        "dim=1 instead of -1",
+        lambda q, k: weights(q, k, dim=1),
+        "one bug left: the softmax's axis",
+    ),
+    Wrong(
+        check_weights_debug,
+        "k.T on a batch",
+        lambda q, k: torch.softmax(q @ k.permute(*range(k.ndim - 1, -1, -1)) / math.sqrt(q.shape[-1]), -1),
+        WRONG_AXES_NAME,
+    ),
+]
+
+
+PREDICTIONS = [
+    Wrong(check_uniform_prediction, "a zero score gives weight 0", lambda: 0.0, "a score of 0 gives a weight of 0"),
+    Wrong(check_uniform_prediction, "e^0 = 1 each", lambda: 1, "every weight is 1"),
+    Wrong(check_uniform_prediction, "rounded too far", lambda: 0.3, None, ("expected 0.333",)),
+]
+
+
+CATALOGUE = HEAD + DEBUG + PREDICTIONS
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")
+def test_no_checker_accepts_a_wrong_answer_and_names_it(wrong):
+    result = wrong.checker(wrong.function, verbose=False)
+    assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"
+    if wrong.named is not None:
+        assert result.status == "misconception" and result.misconception == wrong.named, result.message
+    for words in wrong.says:
+        assert words in result.message, result.message
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+def test_the_catalogue_is_counted(capsys):
+    counts = verdict_counts(CATALOGUE)
+    with capsys.disabled():
+        print(f"\nnotebook 01: catalogue of {len(CATALOGUE)} wrong answers: {counts}")
+    assert counts["accepted"] == 0
+    assert counts["named"] >= 0.8 * len(CATALOGUE)

@@ -1,0 +1,105 @@
+"""Notebook 03's masked-softmax checker recognises right and wrong answers, and its random masks never
+block or allow a whole row.
+
+Every wrong implementation below is written the way a learner would write it (not taken from the checker
+modules), so each test shows that the checker's cases really tell that mistake apart from the right answer
+*and* from the other named mistakes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhsa_helpers.lessons.causal_masking import check_masked_softmax
+from mhsa_helpers.lessons.causal_masking.exercises import random_mask
+
+
+def assert_named(checker, learner, name):
+    result = checker(learner, verbose=False)
+    assert result.status == "misconception", result.message
+    assert result.misconception == name, result.message
+    assert name in result.message
+    return result
+
+
+def test_masked_softmax_correct_with_an_explicit_guard():
+    def guarded(scores, mask):
+        # Blocked scores to -inf first, the max over the visible keys (0 for a row with none), a guarded division.
+        filled = scores.masked_fill(~mask, float("-inf"))
+        visible_max = filled.amax(dim=-1, keepdim=True)
+        visible_max = torch.where(torch.isfinite(visible_max), visible_max, torch.zeros_like(visible_max))
+        weights = torch.exp(filled - visible_max)
+        total = weights.sum(dim=-1, keepdim=True)
+        return torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
+
+    assert check_masked_softmax(guarded, verbose=False).correct
+
+    def exp_then_mask(scores, mask, *, visible_max):
+        # Right on ordinary scores; a blocked score far from the visible ones leaves float range in exp.
+        source = scores.masked_fill(~mask, float("-inf")) if visible_max else scores
+        row_max = source.amax(dim=-1, keepdim=True)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        weights = torch.exp(scores - row_max) * mask
+        total = weights.sum(dim=-1, keepdim=True)
+        return torch.where(total > 0, weights / total.clamp_min(1e-300), torch.zeros_like(weights))
+
+    for visible_max in (False, True):
+        result = check_masked_softmax(lambda s, m, v=visible_max: exp_then_mask(s, m, visible_max=v), verbose=False)
+        assert result.misconception == "blocked scores reach exp before the mask removes them"
+
+
+def _guarded_but_inverted(scores, mask):
+    # NaN-safe, but fills where the mask is True (reads it as "True = blocked")
+    filled = scores.masked_fill(mask, float("-inf"))
+    row_max = filled.amax(dim=-1, keepdim=True)
+    exps = torch.exp(filled - torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)))
+    total = exps.sum(dim=-1, keepdim=True)
+    return exps / torch.where(total == 0, torch.ones_like(total), total)
+
+
+def _renormalize_without_guard(scores, mask):
+    weights = torch.softmax(scores, dim=-1) * mask
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "learner, name",
+    [
+        (
+            lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1),
+            "a fully masked row gives NaN (softmax of a row of -inf)",
+        ),
+        (_renormalize_without_guard, "a fully masked row gives NaN (softmax of a row of -inf)"),
+        (
+            lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), dim=-1),
+            "used a large negative number instead of -inf (a fully masked row becomes uniform)",
+        ),
+        (lambda s, m: torch.softmax(s, dim=-1) * m, "mask applied after softmax without renormalizing"),
+        (
+            lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), dim=-1),
+            "inverted mask polarity (True = blocked)",
+        ),
+        (_guarded_but_inverted, "inverted mask polarity (True = blocked)"),
+        (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1), "blocked scores set to 0 instead of -inf"),
+    ],
+)
+def test_masked_softmax_mistakes(learner, name):
+    assert_named(check_masked_softmax, learner, name)
+
+
+def test_masked_softmax_cases_contain_fully_masked_rows():
+    # Otherwise the NaN trap could not be detected: the NaN learner must not pass.
+    def nan_learner(s, m):
+        return torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)
+
+    assert not check_masked_softmax(nan_learner, verbose=False).correct
+
+
+def test_random_mask_never_blocks_or_allows_a_whole_row():
+    g = torch.Generator().manual_seed(0)
+    mask = random_mask(g, 3, 7, 2)
+    assert mask.dtype == torch.bool and mask.shape == (3, 7, 2)
+    assert mask.any(dim=-1).all() and (~mask).any(dim=-1).all()
+    with pytest.raises(ValueError, match="seq_k"):
+        random_mask(g, 3, 1)

@@ -1,0 +1,147 @@
+"""The function checkers of notebook 05 (rope_frequencies, apply_rope, rope_attention) name the mistakes
+they are built to catch (the module and prediction checkers: ``test_rotary_position_embeddings_module.py``).
+
+For each checker: an independent correct solution (written here from torch primitives,
+not taken from the package) is "correct"; a stub is "not_attempted"; hand-written
+versions of the mistakes the issue lists are named; and every misconception the
+checker knows is told apart from the right answer *and* from the others.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def attention_ok(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def frequencies_ok(d_head, base):
+    return torch.tensor([base ** (-2 * i / d_head) for i in range(d_head // 2)])
+
+
+def rotate_ok(x, positions, base=10000.0, pairs="interleaved"):
+    """Rotate pair (a, b) of row j by positions[j] * theta_i, pairs chosen by ``pairs``."""
+    d_head = x.shape[-1]
+    out = x.clone()
+    for j, m in enumerate(positions.tolist()):
+        for i in range(d_head // 2):
+            a, b = (2 * i, 2 * i + 1) if pairs == "interleaved" else (i, i + d_head // 2)
+            angle = m * base ** (-2 * i / d_head)
+            c, s = math.cos(angle), math.sin(angle)
+            xa, xb = x[..., j, a], x[..., j, b]
+            out[..., j, a] = xa * c - xb * s
+            out[..., j, b] = xa * s + xb * c
+    return out
+
+
+def rope_attention_ok(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), v)
+
+
+def rope_attention_rotating_v(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), rotate_ok(v, positions, base))
+
+
+def apply_rope_half_split(x, positions, base):
+    return rotate_ok(x, positions, base, pairs="half_split")
+
+
+def rope_attention_half_split(q, k, v, positions, base):
+    return attention_ok(rotate_ok(q, positions, base, "half_split"), rotate_ok(k, positions, base, "half_split"), v)
+
+
+CHECKERS = {
+    "rope_frequencies": (rope.check_rope_frequencies, frequencies_ok, rope.FREQUENCY_MISCONCEPTIONS),
+    "apply_rope": (rope.check_apply_rope, rotate_ok, rope.APPLY_MISCONCEPTIONS),
+    "rope_attention": (rope.check_rope_attention, rope_attention_ok, rope.ROPE_ATTENTION_MISCONCEPTIONS),
+}
+
+
+# The mistakes the issue asks the checkers to name, written by hand above.
+LISTED_MISTAKES = [
+    ("rope_attention", rope_attention_rotating_v, "RoPE applied to V"),
+    ("apply_rope", apply_rope_half_split, "wrong pairing convention (half-split)"),
+    ("rope_attention", rope_attention_half_split, "wrong pairing convention (half-split)"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_independent_solution_is_correct(name):
+    checker, solution, _ = CHECKERS[name]
+    result = checker(solution, verbose=False)
+    assert result.status == "correct", result.message
+    assert result.correct
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_stub_is_not_attempted(name, capsys):
+    checker, _, _ = CHECKERS[name]
+    result = checker(stub)
+    assert result.status == "not_attempted"
+    assert not result.correct
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake", "expected"), LISTED_MISTAKES, ids=[f"{n}-{e}" for n, _, e in LISTED_MISTAKES]
+)
+def test_listed_mistakes_are_named(name, mistake, expected):
+    checker, _, _ = CHECKERS[name]
+    result = checker(mistake, verbose=False)
+    assert result.status == "misconception", result.message
+    assert result.misconception == expected
+    assert expected in result.message
+
+
+ALL_MISCONCEPTIONS = [(name, m) for name, (_, _, ms) in sorted(CHECKERS.items()) for m in ms]
+
+
+@pytest.mark.parametrize(
+    ("name", "misconception"), ALL_MISCONCEPTIONS, ids=[f"{n}-{m.name}" for n, m in ALL_MISCONCEPTIONS]
+)
+def test_every_misconception_is_told_apart(name, misconception):
+    """Fed as the learner's answer, each known mistake is named as itself: it differs from the
+    right answer on some case, and from every misconception listed before it."""
+    checker, _, _ = CHECKERS[name]
+    result = checker(misconception.implementation, verbose=False)
+    assert result.status == "misconception", result.message
+    assert result.misconception == misconception.name
+    assert misconception.hint in result.message
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_unknown_wrong_answer_is_incorrect(name):
+    checker, solution, _ = CHECKERS[name]
+
+    def off_a_little(*args):
+        out = solution(*args)
+        return torch.zeros_like(out) if out.dtype == torch.bool else 1.5 * out
+
+    result = checker(off_a_little, verbose=False)
+    assert result.status == "incorrect", result.message
+    assert "differs from the reference" in result.message
+
+
+@pytest.mark.parametrize("name", sorted(CHECKERS))
+def test_a_crash_is_reported_not_raised(name):
+    checker, _, _ = CHECKERS[name]
+
+    def crashes(*args):
+        raise ValueError("boom")
+
+    result = checker(crashes, verbose=False)
+    assert result.status == "error"
+    assert "ValueError: boom" in result.message
