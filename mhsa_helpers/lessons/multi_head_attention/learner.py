@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -77,6 +78,7 @@ def load_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> Non
                 f"got {type(layer).__name__}"
             )
         weight, bias = params[name], params["b" + name[1:]]
+        assert weight is not None  # only biases can be missing
         if layer.weight.shape != weight.shape:
             raise ValueError(
                 f"mine.{name}.weight has shape {tuple(layer.weight.shape)}, the package's has {tuple(weight.shape)} "
@@ -96,7 +98,8 @@ def load_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> Non
 # ------------------------------------------------------------------ the mistakes, reproduced
 
 
-def _project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _project(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+    assert weight is not None  # only biases can be missing
     return torch.nn.functional.linear(x, weight, bias)
 
 
@@ -238,6 +241,10 @@ def check_prediction(
         if verbose:
             print(result.message)
         return result
+    if not callable(answer) and not isinstance(answer, numbers.Number | torch.Tensor):
+        raise TypeError(
+            f"learner must be a function returning your prediction, or the number itself, got {type(answer).__name__}"
+        )
     learner = answer if callable(answer) else (lambda: answer)
     return check_function(exercise, learner, truth, [Case((), description=what)], mistakes, verbose=verbose)
 
@@ -354,6 +361,8 @@ def check_module(
     ``mistakes`` are ``(name, switches of attention_variant, hint)``; ``probes`` are misconceptions known
     by a symptom: each is made for a setting from its ``d_in``, and its ``detect`` gets a function
     ``run(x, split_at=None)`` of the learner's module."""
+    if not callable(learner):
+        raise TypeError(f"learner must be a function or class that builds your module, got {type(learner).__name__}")
     threads = torch.get_num_threads()
     # Hundreds of tiny tensors: one thread runs them faster than several that wait on each other.
     torch.set_num_threads(1)
@@ -428,7 +437,7 @@ def _check_module(exercise, learner, settings, mistakes, seed, probes, shortcuts
             return run_module(_module, x, split_at, cache_type=CacheWithLengthAndAppend)
 
         # Errors point into the learner's forward, and an argument changed in place is named after its parameter.
-        learner_call.__wrapped__ = module.forward  # type: ignore[attr-defined]  # read by inspect.unwrap
+        learner_call.__wrapped__ = module.forward  # read by inspect.unwrap
         result = check_function(
             exercise,
             learner_call,
@@ -459,7 +468,7 @@ def _gradients_reach_every_weight(exercise, learner, setting, generator) -> Chec
     if isinstance(module, CheckResult):
         return module
     batch, seq, _ = setting.calls[0]
-    d_in = module.w_q.in_features
+    d_in = cast(nn.Linear, module.w_q).in_features
     x = torch.randn(batch, seq, d_in, generator=generator)
     own = {id(p) for p in module.parameters()}
     with torch.enable_grad():
