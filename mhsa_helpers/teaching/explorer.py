@@ -18,6 +18,12 @@ replaced in place: no pyplot figure is opened (so none leaks, however often a sl
 moves), nothing flickers, and only core widgets that exist in both ipywidgets 7.7.1
 (Colab) and 8.x (JupyterLab 4) are used.
 
+A move answers in two steps: at once a picture at the screen's own resolution
+(:data:`CSS_DPI`, a quarter of the pixels to draw, encode, send and decode), then, once
+the controls have been still for :data:`SHARPEN_AFTER` seconds, the same picture at
+twice that resolution (:data:`DPI`), sharp on high-DPI screens. Where no event loop runs
+(a script, a test) the sharp picture follows at once.
+
 Controls only offer possible settings; calling an explorer, or :meth:`Explorer.update`,
 with an impossible setting raises ``ValueError`` naming it (``TypeError`` for a value of
 the wrong type, e.g. ``num_heads=2.0`` or ``causal="no"``).
@@ -29,6 +35,7 @@ one figure they show, and ``explorer.close()`` frees an explorer's figures and w
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
 import io
@@ -51,6 +58,7 @@ __all__ = [
     "DPI",
     "LAYOUT_CACHE",
     "PIXEL_RATIO",
+    "SHARPEN_AFTER",
     "SLIDER",
     "STATIC_NOTE",
     "Explorer",
@@ -78,6 +86,10 @@ STATIC_NOTE = "A picture of the explorer: its controls need a running kernel (ru
 #: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length);
 #: each holds a few MB of canvas, background and artists.
 LAYOUT_CACHE = 4
+#: Seconds the controls must stay still before the picture shown at CSS_DPI after a move is
+#: drawn again at DPI: short enough to pass unnoticed, long enough that holding an arrow key
+#: (about 30 moves a second) draws only the quick pictures.
+SHARPEN_AFTER = 0.1
 #: Keyword arguments of every slider: redraw on release (not on every pixel), labels at full width.
 SLIDER = {"continuous_update": False, "style": {"description_width": "initial"}}
 
@@ -196,6 +208,8 @@ class Explorer(widgets.VBox):
         self._batch = 0
         self._layouts: OrderedDict[Hashable, _Layout] = OrderedDict()
         self._current: _Layout | None = None
+        self._shown_dpi = 0
+        self._sharpen_later: asyncio.TimerHandle | None = None
         self._image = widgets.Image(format="jpeg")
         self._image.add_class("mhsa-explorer-figure")
         self._caption = widgets.HTML(value="")
@@ -245,11 +259,27 @@ class Explorer(widgets.VBox):
                     self.controls[name].value = values[name]
         finally:
             self._batch -= 1
-        self.redraw()
+        self._redraw(quick=True)
         return self
 
     def redraw(self) -> None:
-        """Recompute with the current control values and redraw the figure."""
+        """Recompute with the current control values and redraw the figure (sharp)."""
+        self._redraw(quick=False)
+
+    def sharpen(self) -> None:
+        """Show the current figure at full resolution (:data:`DPI`) if the picture shown is the
+        quick one of a move; a pending delayed sharpening is cancelled."""
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+        layout = self._current
+        if self._closed or layout is None or self._shown_dpi == DPI:
+            return
+        self._show(layout, DPI)
+
+    def _redraw(self, *, quick: bool) -> None:
+        """Recompute and redraw: ``quick`` draws at :data:`CSS_DPI` and sharpens later (at once
+        when no event loop runs to do it later)."""
         if self._closed:
             raise RuntimeError("this explorer was closed: create a new one to draw again")
         values = self.values()
@@ -258,16 +288,39 @@ class Explorer(widgets.VBox):
         layout = self._layout_for(data)
         self._update(layout.artists, data)
         data["panels"] = sum(1 for ax in layout.figure.axes if ax.images)
-        layout.draw(self._static(data), self._dynamic(layout.artists))
-        self._image.value = layout.jpeg()
-        # Shown at its natural size: one figure inch is CSS_DPI CSS pixels (a flex box would
-        # otherwise stretch the image to the cell's width, blurring it).
-        self._image.width = str(layout.css_width)
+        layout.static_key = self._static(data)
+        self._show(layout, CSS_DPI if quick else DPI)
         caption = self._caption_text(data)
         data["caption"] = caption
         self._caption.value = f"<span class='mhsa-caption-text'>{html.escape(caption)}</span>"
         self.data = data
         self.redraw_count += 1
+        if quick:
+            self._schedule_sharpen()
+        elif self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+
+    def _show(self, layout: _Layout, dpi: int) -> None:
+        layout.draw(self._dynamic(layout.artists), dpi)
+        self._image.value = layout.jpeg()
+        self._shown_dpi = dpi
+        # Shown at its natural size: one figure inch is CSS_DPI CSS pixels (a flex box would
+        # otherwise stretch the image to the cell's width, blurring it).
+        self._image.width = str(layout.css_width)
+
+    def _schedule_sharpen(self) -> None:
+        """Sharpen once the controls have been still for SHARPEN_AFTER seconds: on the kernel's
+        event loop (each new move pushes it back), or at once where none runs."""
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.sharpen()
+            return
+        self._sharpen_later = loop.call_later(SHARPEN_AFTER, self.sharpen)
 
     def _figsize(self, data: dict[str, Any]) -> tuple[float, float]:
         """The figure's size in inches for this data's layout: :attr:`figsize` unless an explorer
@@ -303,7 +356,7 @@ class Explorer(widgets.VBox):
 
     @property
     def picture(self) -> bytes:
-        """The JPEG bytes currently shown."""
+        """The JPEG bytes currently shown (after a move, the quick picture until it is sharpened)."""
         return bytes(self._image.value)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -323,6 +376,7 @@ class Explorer(widgets.VBox):
         below it: the picture shown where the widget cannot be (PNG bytes)."""
         if self._current is None:
             raise RuntimeError("this explorer was closed: it holds no figure any more")
+        self.sharpen()
         picture = np.asarray(self._current.figure.canvas.buffer_rgba())[..., :3]
         caption = self.data.get("caption", "")
         band = Figure(figsize=(picture.shape[1] / DPI, 0.5), dpi=DPI)
@@ -348,6 +402,9 @@ class Explorer(widgets.VBox):
             super().close()
             return
         self._closed = True
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
         for widget in self.controls.values():
             widget.unobserve(self._on_change, names="value")
         self._layouts.clear()
@@ -385,7 +442,7 @@ class Explorer(widgets.VBox):
         finally:
             self._syncing = False
         if not self._batch:
-            self.redraw()
+            self._redraw(quick=True)
 
     def _sync(self, changed: str) -> None:
         """Adjust dependent controls after ``changed`` moved (e.g. the head selector's range)."""
@@ -423,34 +480,42 @@ def _readout_html(slider: widgets.SelectionSlider) -> str:
 
 
 class _Layout:
-    """One figure with its artists, and the background the blitting pastes under them."""
+    """One figure with its artists, and the backgrounds the blitting pastes under them."""
 
     def __init__(self, figure: Figure, artists: Any) -> None:
         self.figure = figure
         self.artists = artists
         #: The width the figure is shown at, in CSS pixels.
         self.css_width = round(figure.get_size_inches()[0] * CSS_DPI)
-        self.background: Any = None
+        #: Key of what the background shows besides the dynamic artists (set before each draw).
         self.static_key: Hashable | None = None
+        #: Per resolution: (the static key it was drawn for, the saved background).
+        self.backgrounds: dict[float, tuple[Hashable, Any]] = {}
 
-    def draw(self, static_key: Hashable, dynamic: list[Any] | None) -> None:
-        """Draw the figure into its canvas. Drawing text is most of the cost, and the axis
-        labels and titles rarely change: so the static part is drawn once per ``static_key``
-        and kept as a background, and each redraw pastes it and draws only the ``dynamic``
-        artists on top (matplotlib's blitting). ``dynamic=None`` draws everything."""
-        canvas = self.figure.canvas
+    def draw(self, dynamic: list[Any] | None, dpi: int) -> None:
+        """Draw the figure into its canvas at ``dpi``. Drawing text is most of the cost, and the
+        axis labels and titles rarely change: so the static part is drawn once per
+        :attr:`static_key` (and resolution) and kept as a background, and each redraw pastes it
+        and draws only the ``dynamic`` artists on top (matplotlib's blitting). ``dynamic=None``
+        draws everything."""
+        figure = self.figure
+        if figure.dpi != dpi:
+            figure.set_dpi(dpi)
+        canvas = figure.canvas
         if dynamic is None:
             canvas.draw()
             return
         for artist in dynamic:
             artist.set_animated(True)  # left out of canvas.draw(), i.e. of the background
-        if self.background is None or static_key != self.static_key:
+        saved = self.backgrounds.get(dpi)
+        if saved is None or saved[0] != self.static_key:
             canvas.draw()
-            self.background = canvas.copy_from_bbox(self.figure.bbox)
-            self.static_key = static_key
-        canvas.restore_region(self.background)
+            saved = (self.static_key, canvas.copy_from_bbox(figure.bbox))
+            self.backgrounds[dpi] = saved
+        else:
+            canvas.restore_region(saved[1])
         for artist in dynamic:
-            self.figure.draw_artist(artist)
+            figure.draw_artist(artist)
 
     def jpeg(self) -> bytes:
         # A JPEG, not a PNG: at twice the displayed size a PNG takes 25-40 ms to encode (most of a

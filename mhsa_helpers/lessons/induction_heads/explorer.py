@@ -3,16 +3,20 @@ attention, the loss curves and every head's scores change.
 
 Nothing is trained here: the weights come from :func:`~.checkpoints.load_checkpoints`, so the
 explorer opens at once. Each step's forward pass (on :func:`~.training.evaluation_batch`) is
-computed on first view and kept.
+kept once computed; a background thread computes the saved steps in turn as soon as the explorer
+opens (torch lets Python run meanwhile), so that scrubbing finds them ready. The figure is built
+once: a move replaces the heatmap's values, the bars' heights, the step's line and the titles.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import torch
+from matplotlib.patches import Rectangle
 
 from ...checks import check_int
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
@@ -38,6 +42,9 @@ class _TrainingExplorer(Explorer):
         self.batch = evaluation_batch(checkpoints.config)
         self.row = example_index(self.batch)
         self._cache: dict[int, tuple[list[torch.Tensor], dict[str, torch.Tensor]]] = {}
+        # One lock per step: a move waits for a step the background thread is computing rather
+        # than computing it a second time, and computes any other step itself.
+        self._step_locks = {step: threading.Lock() for step in checkpoints.steps}
         heads = checkpoints.config.num_heads
         controls = {
             "step": widgets.SelectionSlider(
@@ -60,6 +67,16 @@ class _TrainingExplorer(Explorer):
         super().__init__(
             controls, title="Scrub through training: one head's attention, the losses, every head's scores"
         )
+        # Not a daemon: one killed inside torch at the interpreter's exit aborts the process. The
+        # work is bounded (the saved steps) and stops at the next step once the explorer is closed.
+        threading.Thread(target=self._precompute, name="training-explorer-steps").start()
+
+    def _precompute(self) -> None:
+        """Every saved step's forward pass, in turn, until all are kept or the explorer is closed."""
+        for step in self.checkpoints.steps:
+            if self._closed:
+                return
+            self._weights_and_scores(step)
 
     def _check(self, values: dict[str, Any]) -> None:
         steps = list(self.checkpoints.steps)
@@ -72,12 +89,13 @@ class _TrainingExplorer(Explorer):
         check_int("head", values["head"], 0, self.checkpoints.config.num_heads - 1, " (one of the heads)")
 
     def _weights_and_scores(self, step: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        if step not in self._cache:
-            model = self.checkpoints.model_at(step)
-            with torch.no_grad():
-                _, weights = model(self.batch.tokens)
-            self._cache[step] = (weights, head_scores(weights, self.batch))
-        return self._cache[step]
+        with self._step_locks[step]:
+            if step not in self._cache:
+                model = self.checkpoints.model_at(step)
+                with torch.no_grad():
+                    _, weights = model(self.batch.tokens)
+                self._cache[step] = (weights, head_scores(weights, self.batch))
+            return self._cache[step]
 
     def _compute(self, values: dict[str, Any]) -> dict[str, Any]:
         step, layer, head = int(values["step"]), int(values["layer"]), int(values["head"])
@@ -118,21 +136,8 @@ class _TrainingExplorer(Explorer):
         colorbar = fig.colorbar(image, ax=heat, fraction=0.046, pad=0.03)
         colorbar.set_label("attention weight", fontsize=9)
         colorbar.ax.tick_params(labelsize=8)
-        return {"fig": fig, "grid": grid, "heat": heat, "image": image}
-
-    def _update(self, artists, data):
-        artists["image"].set_data(data["weights"])
-        artists["heat"].set_title(
-            f"layer {data['layer']}, head {data['head']} at step {data['step']}\n"
-            f"(green: first copy, orange: second copy)",
-            fontsize=10,
-        )
-        # The two small panels are cheap: drawn again from scratch at each move.
-        for name in ("loss_ax", "score_ax"):
-            if name in artists:
-                artists[name].remove()
-        fig, grid = artists["fig"], artists["grid"]
-        artists["loss_ax"] = loss_ax = fig.add_subplot(grid[0, 1])
+        # The loss curves are drawn once; a move shifts only the black line at the step.
+        loss_ax = fig.add_subplot(grid[0, 1])
         loss_curves(
             self.checkpoints.history,
             vocab_size=self.checkpoints.config.vocab_size,
@@ -141,10 +146,60 @@ class _TrainingExplorer(Explorer):
             fontsize=8,
         )
         loss_ax.set_title("loss during training (black line: this step)", fontsize=10)
-        artists["score_ax"] = score_ax = fig.add_subplot(grid[1, 1])
+        step_line = loss_ax.lines[-1]  # loss_curves draws the step's line last
+        # Drawn again over the step line, as in a full draw (the legend and the phase-change
+        # label sit above the curves).
+        above_step = [artist for artist in (loss_ax.get_legend(), *loss_ax.texts) if artist is not None]
+        # The bars are drawn once and given each step's heights; the shaded head is a patch of
+        # our own (what score_bars' highlight draws), moved along the axis.
+        score_ax = fig.add_subplot(grid[1, 1])
         scores = {name: torch.from_numpy(value) for name, value in data["scores"].items()}
-        score_bars(scores, ax=score_ax, highlight=(data["layer"], data["head"]), fontsize=8)
-        score_ax.set_title(f"every head's scores at step {data['step']} (shaded: the drawn head)", fontsize=10)
+        score_bars(scores, ax=score_ax, fontsize=8)
+        index = data["layer"] * self.checkpoints.config.num_heads + data["head"]
+        shade = Rectangle(
+            (index - 0.45, 0.0), 0.9, 1.0, transform=score_ax.get_xaxis_transform(), color="#ffe082", zorder=0
+        )
+        score_ax.add_patch(shade)
+        return {
+            "heat": heat,
+            "image": image,
+            "step_line": step_line,
+            "above_step": above_step,
+            "score_ax": score_ax,
+            "bars": list(score_ax.containers),
+            "shade": shade,
+        }
+
+    def _update(self, artists, data):
+        artists["image"].set_data(data["weights"])
+        artists["heat"].set_title(
+            f"layer {data['layer']}, head {data['head']} at step {data['step']}\n"
+            f"(green: first copy, orange: second copy)",
+            fontsize=10,
+        )
+        artists["step_line"].set_xdata([data["step"], data["step"]])
+        heads = self.checkpoints.config.num_heads
+        for container, name in zip(artists["bars"], ("previous_token", "induction", "bos"), strict=True):
+            for bar, height in zip(container, data["scores"][name].reshape(-1), strict=True):
+                bar.set_height(float(height))
+        artists["shade"].set_x(data["layer"] * heads + data["head"] - 0.45)
+        artists["score_ax"].set_title(
+            f"every head's scores at step {data['step']} (shaded: the drawn head)", fontsize=10
+        )
+
+    def _dynamic(self, artists):
+        heat, score_ax = artists["heat"], artists["score_ax"]
+        return [
+            artists["image"],
+            *heat.spines.values(),
+            heat.title,
+            artists["step_line"],
+            *artists["above_step"],
+            artists["shade"],
+            *(bar for container in artists["bars"] for bar in container),
+            *score_ax.spines.values(),
+            score_ax.title,
+        ]
 
     def _caption_text(self, data):
         prev = data["scores"]["previous_token"][0].max()
