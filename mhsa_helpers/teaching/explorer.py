@@ -49,7 +49,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
@@ -502,6 +502,9 @@ class _Layout:
         if figure.dpi != dpi:
             figure.set_dpi(dpi)
         canvas = figure.canvas
+        renderer = canvas.get_renderer()  # the one canvas.draw() uses too (one per size and dpi)
+        if not isinstance(renderer.__dict__.get("draw_text"), _StampedText):
+            renderer.draw_text = _StampedText(renderer)
         if dynamic is None:
             canvas.draw()
             return
@@ -528,6 +531,66 @@ class _Layout:
         buffer = io.BytesIO()
         image.save(buffer, format="jpeg", quality=90, subsampling=0)
         return buffer.getvalue()
+
+
+#: Pictures of text kept by _StampedText (a few KB each).
+_STAMPS: OrderedDict[Hashable, tuple[np.ndarray, int, int] | None] = OrderedDict()
+_STAMPS_KEPT = 4096
+
+
+class _StampedText:
+    """A renderer's ``draw_text`` that draws each string once and stamps its picture afterwards.
+
+    Most of a blitted redraw is text (the values written in heatmap cells, titles), and the
+    same strings come back move after move ("0.25" in the same font and colour): laying out
+    and rasterising their glyphs again each time is most of the cost. The first time a string
+    (in one font, size, colour and resolution) is drawn, it is drawn by the renderer itself on
+    a small transparent canvas and the inked pixels are kept; later it is pasted with
+    ``draw_image``, through the same clipping. Rotated, mathtext or translucent text is drawn
+    as usual."""
+
+    def __init__(self, renderer: RendererAgg) -> None:
+        self.renderer = renderer
+        self.draw = type(renderer).draw_text.__get__(renderer)
+
+    def __call__(self, gc, x, y, s, prop, angle, ismath=False, mtext=None) -> None:
+        rgba = tuple(gc.get_rgb())
+        if angle or ismath or rgba[3] != 1 or gc.get_alpha() != 1:
+            self.draw(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+            return
+        dpi = self.renderer.dpi
+        key = (s, prop, rgba, bool(gc.get_antialiased()), dpi)
+        stamp = _STAMPS.get(key, False)
+        if stamp is False:
+            stamp = _STAMPS[key] = self._stamp(gc, s, prop, rgba, dpi)
+            while len(_STAMPS) > _STAMPS_KEPT:
+                _STAMPS.popitem(last=False)
+        if stamp is not None:
+            pixels, dx, dy = stamp
+            self.renderer.draw_image(gc, round(x) + dx, self.renderer.height - round(y) + dy, pixels)
+
+    def _stamp(self, gc, s, prop, rgba, dpi) -> tuple[np.ndarray, int, int] | None:
+        width, height, descent = self.renderer.get_text_width_height_descent(s, prop, ismath=False)
+        pad = math.ceil(height) + 4
+        x0, y0 = pad, pad + math.ceil(descent)
+        scratch = RendererAgg(math.ceil(width) + 2 * pad, math.ceil(height) + 2 * pad, dpi)
+        scratch_gc = scratch.new_gc()
+        scratch_gc.set_foreground(rgba, isRGBA=True)
+        scratch_gc.set_antialiased(gc.get_antialiased())
+        type(scratch).draw_text(scratch, scratch_gc, x0, y0, s, prop, 0.0)
+        scratch_gc.restore()
+        pixels = np.asarray(scratch.buffer_rgba())
+        rows, cols = np.nonzero(pixels[..., 3])
+        if rows.size == 0:
+            return None
+        top, bottom, left, right = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
+        # draw_image takes the rows bottom first and the image's bottom-left corner counted from the
+        # canvas's bottom, where draw_text's y (the baseline) is counted from the top.
+        return (
+            np.ascontiguousarray(pixels[top:bottom, left:right][::-1]),
+            int(left - x0),
+            int(y0 - bottom),
+        )
 
 
 def set_options(widget: widgets.Widget, options: Sequence[Any], value: Any) -> None:

@@ -206,7 +206,8 @@ class _KVHeadsExplorer(Explorer):
         pass
 
     def _dynamic(self, artists):
-        return None
+        # Nothing changes within a layout (one per num_kv_heads): its kept picture is pasted.
+        return []
 
     def _caption_text(self, data):
         kind = (
