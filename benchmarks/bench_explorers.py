@@ -11,8 +11,7 @@ in a kernel: a move draws the picture at the screen's resolution (``CSS_DPI``) a
 sharpening for later; the benchmark then sharpens at once (``explorer.sharpen()``: the same
 picture at ``DPI``, what the kernel does once the controls are still) and times that too.
 Reported per row: median and 90th percentile wall time of the move, median CPU time of this
-process (less sensitive to other load on the machine; it includes any background thread, e.g.
-the training explorer computing its saved steps), and the median wall time of the sharpening.
+process (less sensitive to other load on the machine), and the median wall time of the sharpening.
 Target: median wall time of a move <= 30 ms (PASS/MISS, never asserted).
 
 "layout" rows change the figure's structure (number of heads, sequence length: the move

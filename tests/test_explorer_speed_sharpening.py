@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import threading
 
 import numpy as np
 import pytest
@@ -151,25 +150,26 @@ def test_stamps_are_kept_per_string_colour_and_resolution_and_rotated_text_is_dr
     assert explorer_module._STAMPS[(" ", prop, (1.0, 1.0, 1.0, 1.0), True, CSS_DPI)] is None
 
 
-def test_the_training_scrub_computes_every_saved_step_in_the_background():
+def test_the_training_scrub_draws_every_step_into_one_figure_and_keeps_each_steps_pass():
     explorer = training_explorer()
     try:
-        worker = next(t for t in threading.enumerate() if t.name == "training-explorer-steps")
-        worker.join(timeout=120)
-        assert not worker.is_alive()
-        assert sorted(explorer._cache) == sorted(explorer.checkpoints.steps)
-        # A move to any step finds it ready and shows what the package computes for it.
+        figure, axes = explorer.figure, list(explorer.figure.axes)
+        bars = explorer._current.artists["bars"]
         for step in explorer.checkpoints.steps:
             explorer.controls["step"].value = step
-            assert explorer.data["step"] == step
+            # The bars show this step's scores, the shaded head is the drawn one.
+            heights = [bar.get_height() for bar in bars[0]]
+            assert np.allclose(heights, explorer.data["scores"]["previous_token"].reshape(-1))
+        assert sorted(explorer._cache) == sorted(explorer.checkpoints.steps)
+        kept = explorer._cache[explorer.checkpoints.steps[0]]
+        explorer.controls["step"].value = explorer.checkpoints.steps[0]
+        assert explorer._cache[explorer.checkpoints.steps[0]] is kept  # not computed again
+        explorer.controls["head"].value = 2
+        shade = explorer._current.artists["shade"]
+        assert shade.get_x() == pytest.approx(2 - 0.45)
+        explorer.controls["layer"].value = 1
+        assert shade.get_x() == pytest.approx(explorer.checkpoints.config.num_heads + 2 - 0.45)
+        # Nothing was rebuilt: the same figure and axes throughout.
+        assert explorer.figure is figure and list(figure.axes) == axes
     finally:
         explorer.close()
-
-
-def test_a_closed_training_scrub_stops_computing_steps():
-    explorer = training_explorer()
-    explorer.close()
-    for worker in [t for t in threading.enumerate() if t.name == "training-explorer-steps"]:
-        worker.join(timeout=120)
-    # It stopped after the step it was computing: not every step was computed.
-    assert len(explorer._cache) < len(explorer.checkpoints.steps)

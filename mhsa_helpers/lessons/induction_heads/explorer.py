@@ -3,14 +3,13 @@ attention, the loss curves and every head's scores change.
 
 Nothing is trained here: the weights come from :func:`~.checkpoints.load_checkpoints`, so the
 explorer opens at once. Each step's forward pass (on :func:`~.training.evaluation_batch`) is
-kept once computed; a background thread computes the saved steps in turn as soon as the explorer
-opens (torch lets Python run meanwhile), so that scrubbing finds them ready. The figure is built
-once: a move replaces the heatmap's values, the bars' heights, the step's line and the titles.
+computed on first view and kept (not ahead of time in another thread: building a model seeds
+torch's global random generator, which the notebook's own cells use meanwhile). The figure is
+built once: a move replaces the heatmap's values, the bars' heights, the step's line and the titles.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import ipywidgets as widgets
@@ -42,9 +41,6 @@ class _TrainingExplorer(Explorer):
         self.batch = evaluation_batch(checkpoints.config)
         self.row = example_index(self.batch)
         self._cache: dict[int, tuple[list[torch.Tensor], dict[str, torch.Tensor]]] = {}
-        # One lock per step: a move waits for a step the background thread is computing rather
-        # than computing it a second time, and computes any other step itself.
-        self._step_locks = {step: threading.Lock() for step in checkpoints.steps}
         heads = checkpoints.config.num_heads
         controls = {
             "step": widgets.SelectionSlider(
@@ -67,16 +63,6 @@ class _TrainingExplorer(Explorer):
         super().__init__(
             controls, title="Scrub through training: one head's attention, the losses, every head's scores"
         )
-        # Not a daemon: one killed inside torch at the interpreter's exit aborts the process. The
-        # work is bounded (the saved steps) and stops at the next step once the explorer is closed.
-        threading.Thread(target=self._precompute, name="training-explorer-steps").start()
-
-    def _precompute(self) -> None:
-        """Every saved step's forward pass, in turn, until all are kept or the explorer is closed."""
-        for step in self.checkpoints.steps:
-            if self._closed:
-                return
-            self._weights_and_scores(step)
 
     def _check(self, values: dict[str, Any]) -> None:
         steps = list(self.checkpoints.steps)
@@ -89,13 +75,12 @@ class _TrainingExplorer(Explorer):
         check_int("head", values["head"], 0, self.checkpoints.config.num_heads - 1, " (one of the heads)")
 
     def _weights_and_scores(self, step: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        with self._step_locks[step]:
-            if step not in self._cache:
-                model = self.checkpoints.model_at(step)
-                with torch.no_grad():
-                    _, weights = model(self.batch.tokens)
-                self._cache[step] = (weights, head_scores(weights, self.batch))
-            return self._cache[step]
+        if step not in self._cache:
+            model = self.checkpoints.model_at(step)
+            with torch.no_grad():
+                _, weights = model(self.batch.tokens)
+            self._cache[step] = (weights, head_scores(weights, self.batch))
+        return self._cache[step]
 
     def _compute(self, values: dict[str, Any]) -> dict[str, Any]:
         step, layer, head = int(values["step"]), int(values["layer"]), int(values["head"])
