@@ -228,6 +228,7 @@ class Explorer(widgets.VBox):
         self.add_class("mhsa-explorer")
         self._closed = False
         self.redraw()
+        self._prepare_quick()
         for other in list(_OPEN_EXPLORERS):
             if type(other) is type(self):
                 other._trim_layouts(keep=1)
@@ -300,6 +301,17 @@ class Explorer(widgets.VBox):
         elif self._sharpen_later is not None:
             self._sharpen_later.cancel()
             self._sharpen_later = None
+
+    def _prepare_quick(self) -> None:
+        """Draw the shown layout's background at CSS_DPI too, now, so that the first move only
+        blits (its first full draw at a new resolution lays out every label again, mathtext
+        included, which would make the first move the slowest). The canvas is left sharp."""
+        layout = self._current
+        dynamic = None if layout is None else self._dynamic(layout.artists)
+        if layout is None or dynamic is None:
+            return
+        layout.draw(dynamic, CSS_DPI)
+        layout.draw(dynamic, DPI)
 
     def _show(self, layout: _Layout, dpi: int) -> None:
         layout.draw(self._dynamic(layout.artists), dpi)
@@ -502,9 +514,6 @@ class _Layout:
         if figure.dpi != dpi:
             figure.set_dpi(dpi)
         canvas = figure.canvas
-        renderer = canvas.get_renderer()  # the one canvas.draw() uses too (one per size and dpi)
-        if not isinstance(renderer.__dict__.get("draw_text"), _StampedText):
-            renderer.draw_text = _StampedText(renderer)
         if dynamic is None:
             canvas.draw()
             return
@@ -517,8 +526,15 @@ class _Layout:
             self.backgrounds[dpi] = saved
         else:
             canvas.restore_region(saved[1])
-        for artist in dynamic:
-            figure.draw_artist(artist)
+        # The dynamic artists' strings come back move after move: stamped (the background's
+        # are drawn once per static key, so keeping their pictures would gain nothing).
+        renderer = canvas.get_renderer()
+        renderer.draw_text = _StampedText(renderer)
+        try:
+            for artist in dynamic:
+                figure.draw_artist(artist)
+        finally:
+            del renderer.draw_text
 
     def jpeg(self) -> bytes:
         # A JPEG, not a PNG: at twice the displayed size a PNG takes 25-40 ms to encode (most of a
