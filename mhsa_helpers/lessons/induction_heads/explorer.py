@@ -182,6 +182,9 @@ class _TrainingExplorer(Explorer):
             *artists["above_step"],
             artists["shade"],
             *(bar for container in artists["bars"] for bar in container),
+            # Over the shade, as in a full draw: the line between the layers and their names.
+            *score_ax.lines,
+            *score_ax.texts,
             *score_ax.spines.values(),
             score_ax.title,
         ]
