@@ -18,6 +18,12 @@ replaced in place: no pyplot figure is opened (so none leaks, however often a sl
 moves), nothing flickers, and only core widgets that exist in both ipywidgets 7.7.1
 (Colab) and 8.x (JupyterLab 4) are used.
 
+A move answers in two steps: at once a picture at the screen's own resolution
+(:data:`CSS_DPI`, a quarter of the pixels to draw, encode, send and decode), then, once
+the controls have been still for :data:`SHARPEN_AFTER` seconds, the same picture at
+twice that resolution (:data:`DPI`), sharp on high-DPI screens. Where no event loop runs
+(a script, a test) the sharp picture follows at once.
+
 Controls only offer possible settings; calling an explorer, or :meth:`Explorer.update`,
 with an impossible setting raises ``ValueError`` naming it (``TypeError`` for a value of
 the wrong type, e.g. ``num_heads=2.0`` or ``causal="no"``).
@@ -29,6 +35,7 @@ one figure they show, and ``explorer.close()`` frees an explorer's figures and w
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
 import io
@@ -42,7 +49,7 @@ from typing import Any, cast
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from PIL import Image as PILImage
 
@@ -51,6 +58,7 @@ __all__ = [
     "DPI",
     "LAYOUT_CACHE",
     "PIXEL_RATIO",
+    "SHARPEN_AFTER",
     "SLIDER",
     "STATIC_NOTE",
     "Explorer",
@@ -76,6 +84,10 @@ STATIC_NOTE = "A picture of the explorer: its controls need a running kernel (ru
 #: Figures kept per explorer, one per layout (e.g. per number of heads and sequence length);
 #: each holds a few MB of canvas, background and artists.
 LAYOUT_CACHE = 4
+#: Seconds the controls must stay still before the picture shown at CSS_DPI after a move is
+#: drawn again at DPI: short enough to pass unnoticed, long enough that holding an arrow key
+#: (about 30 moves a second) draws only the quick pictures.
+SHARPEN_AFTER = 0.1
 #: Keyword arguments of every slider: redraw on release (not on every pixel), labels at full width.
 SLIDER = {"continuous_update": False, "style": {"description_width": "initial"}}
 
@@ -177,6 +189,8 @@ class Explorer(widgets.VBox):
         self._batch = 0
         self._layouts: OrderedDict[Hashable, _Layout] = OrderedDict()
         self._current: _Layout | None = None
+        self._shown_dpi = 0
+        self._sharpen_later: asyncio.TimerHandle | None = None
         self._image = widgets.Image(format="jpeg")
         self._image.add_class("mhsa-explorer-figure")
         self._caption = widgets.HTML(value="")
@@ -195,6 +209,7 @@ class Explorer(widgets.VBox):
         self.add_class("mhsa-explorer")
         self._closed = False
         self.redraw()
+        self._prepare_quick()
         for other in list(_OPEN_EXPLORERS):
             if type(other) is type(self):
                 other._trim_layouts(keep=1)
@@ -226,11 +241,27 @@ class Explorer(widgets.VBox):
                     self.controls[name].value = values[name]
         finally:
             self._batch -= 1
-        self.redraw()
+        self._redraw(quick=True)
         return self
 
     def redraw(self) -> None:
-        """Recompute with the current control values and redraw the figure."""
+        """Recompute with the current control values and redraw the figure (sharp)."""
+        self._redraw(quick=False)
+
+    def sharpen(self) -> None:
+        """Show the current figure at full resolution (:data:`DPI`) if the picture shown is the
+        quick one of a move; a pending delayed sharpening is cancelled."""
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+        layout = self._current
+        if self._closed or layout is None or self._shown_dpi == DPI:
+            return
+        self._show(layout, DPI)
+
+    def _redraw(self, *, quick: bool) -> None:
+        """Recompute and redraw: ``quick`` draws at :data:`CSS_DPI` and sharpens later (at once
+        when no event loop runs to do it later)."""
         if self._closed:
             raise RuntimeError("this explorer was closed: create a new one to draw again")
         values = self.values()
@@ -239,16 +270,50 @@ class Explorer(widgets.VBox):
         layout = self._layout_for(data)
         self._update(layout.artists, data)
         data["panels"] = sum(1 for ax in layout.figure.axes if ax.images)
-        layout.draw(self._static(data), self._dynamic(layout.artists))
-        self._image.value = layout.jpeg()
-        # Shown at its natural size: one figure inch is CSS_DPI CSS pixels (a flex box would
-        # otherwise stretch the image to the cell's width, blurring it).
-        self._image.width = str(layout.css_width)
+        layout.static_key = self._static(data)
+        self._show(layout, CSS_DPI if quick else DPI)
         caption = self._caption_text(data)
         data["caption"] = caption
         self._caption.value = f"<span class='mhsa-caption-text'>{html.escape(caption)}</span>"
         self.data = data
         self.redraw_count += 1
+        if quick:
+            self._schedule_sharpen()
+        elif self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+
+    def _prepare_quick(self) -> None:
+        """Draw the shown layout's background at CSS_DPI too, now, so that the first move only
+        blits (its first full draw at a new resolution lays out every label again, mathtext
+        included, which would make the first move the slowest). The canvas is left sharp."""
+        layout = self._current
+        dynamic = None if layout is None else self._dynamic(layout.artists)
+        if layout is None or dynamic is None:
+            return
+        layout.draw(dynamic, CSS_DPI)
+        layout.draw(dynamic, DPI)
+
+    def _show(self, layout: _Layout, dpi: int) -> None:
+        layout.draw(self._dynamic(layout.artists), dpi)
+        self._image.value = layout.jpeg()
+        self._shown_dpi = dpi
+        # Shown at its natural size: one figure inch is CSS_DPI CSS pixels (a flex box would
+        # otherwise stretch the image to the cell's width, blurring it).
+        self._image.width = str(layout.css_width)
+
+    def _schedule_sharpen(self) -> None:
+        """Sharpen once the controls have been still for SHARPEN_AFTER seconds: on the kernel's
+        event loop (each new move pushes it back), or at once where none runs."""
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.sharpen()
+            return
+        self._sharpen_later = loop.call_later(SHARPEN_AFTER, self.sharpen)
 
     def _figsize(self, data: dict[str, Any]) -> tuple[float, float]:
         """The figure's size in inches for this data's layout: :attr:`figsize` unless an explorer
@@ -284,7 +349,7 @@ class Explorer(widgets.VBox):
 
     @property
     def picture(self) -> bytes:
-        """The JPEG bytes currently shown."""
+        """The JPEG bytes currently shown (after a move, the quick picture until it is sharpened)."""
         return bytes(self._image.value)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -304,6 +369,7 @@ class Explorer(widgets.VBox):
         below it: the picture shown where the widget cannot be (PNG bytes)."""
         if self._current is None:
             raise RuntimeError("this explorer was closed: it holds no figure any more")
+        self.sharpen()
         picture = np.asarray(cast(FigureCanvasAgg, self._current.figure.canvas).buffer_rgba())[..., :3]
         caption = self.data.get("caption", "")
         band = Figure(figsize=(picture.shape[1] / DPI, 0.5), dpi=DPI)
@@ -329,6 +395,9 @@ class Explorer(widgets.VBox):
             super().close()
             return
         self._closed = True
+        if self._sharpen_later is not None:
+            self._sharpen_later.cancel()
+            self._sharpen_later = None
         for widget in self.controls.values():
             widget.unobserve(self._on_change, names="value")
         self._layouts.clear()
@@ -366,7 +435,7 @@ class Explorer(widgets.VBox):
         finally:
             self._syncing = False
         if not self._batch:
-            self.redraw()
+            self._redraw(quick=True)
 
     def _sync(self, changed: str) -> None:
         """Adjust dependent controls after ``changed`` moved (e.g. the head selector's range)."""
@@ -404,34 +473,49 @@ def _readout_html(slider: widgets.SelectionSlider) -> str:
 
 
 class _Layout:
-    """One figure with its artists, and the background the blitting pastes under them."""
+    """One figure with its artists, and the backgrounds the blitting pastes under them."""
 
     def __init__(self, figure: Figure, artists: Any) -> None:
         self.figure = figure
         self.artists = artists
         #: The width the figure is shown at, in CSS pixels.
         self.css_width = round(figure.get_size_inches()[0] * CSS_DPI)
-        self.background: Any = None
+        #: Key of what the background shows besides the dynamic artists (set before each draw).
         self.static_key: Hashable | None = None
+        #: Per resolution: (the static key it was drawn for, the saved background).
+        self.backgrounds: dict[float, tuple[Hashable, Any]] = {}
 
-    def draw(self, static_key: Hashable, dynamic: list[Any] | None) -> None:
-        """Draw the figure into its canvas. Drawing text is most of the cost, and the axis
-        labels and titles rarely change: so the static part is drawn once per ``static_key``
-        and kept as a background, and each redraw pastes it and draws only the ``dynamic``
-        artists on top (matplotlib's blitting). ``dynamic=None`` draws everything."""
-        canvas = cast(FigureCanvasAgg, self.figure.canvas)
+    def draw(self, dynamic: list[Any] | None, dpi: int) -> None:
+        """Draw the figure into its canvas at ``dpi``. Drawing text is most of the cost, and the
+        axis labels and titles rarely change: so the static part is drawn once per
+        :attr:`static_key` (and resolution) and kept as a background, and each redraw pastes it
+        and draws only the ``dynamic`` artists on top (matplotlib's blitting). ``dynamic=None``
+        draws everything."""
+        figure = self.figure
+        if figure.dpi != dpi:
+            figure.set_dpi(dpi)
+        canvas = cast(FigureCanvasAgg, figure.canvas)
         if dynamic is None:
             canvas.draw()
             return
         for artist in dynamic:
             artist.set_animated(True)  # left out of canvas.draw(), i.e. of the background
-        if self.background is None or static_key != self.static_key:
+        saved = self.backgrounds.get(dpi)
+        if saved is None or saved[0] != self.static_key:
             canvas.draw()
-            self.background = canvas.copy_from_bbox(self.figure.bbox)
-            self.static_key = static_key
-        canvas.restore_region(self.background)
-        for artist in dynamic:
-            self.figure.draw_artist(artist)
+            saved = (self.static_key, canvas.copy_from_bbox(figure.bbox))
+            self.backgrounds[dpi] = saved
+        else:
+            canvas.restore_region(saved[1])
+        # The dynamic artists' strings come back move after move: stamped (the background's
+        # are drawn once per static key, so keeping their pictures would gain nothing).
+        renderer = canvas.get_renderer()
+        renderer.draw_text = _StampedText(renderer)
+        try:
+            for artist in dynamic:
+                figure.draw_artist(artist)
+        finally:
+            del renderer.draw_text
 
     def jpeg(self) -> bytes:
         # A JPEG, not a PNG: at twice the displayed size a PNG takes 25-40 ms to encode (most of a
@@ -444,6 +528,67 @@ class _Layout:
         buffer = io.BytesIO()
         image.save(buffer, format="jpeg", quality=90, subsampling=0)
         return buffer.getvalue()
+
+
+#: Pictures of text kept by _StampedText (a few KB each).
+_STAMPS: OrderedDict[Hashable, tuple[np.ndarray, int, int] | None] = OrderedDict()
+_STAMPS_KEPT = 4096
+
+
+class _StampedText:
+    """A renderer's ``draw_text`` that draws each string once and stamps its picture afterwards.
+
+    Most of a blitted redraw is text (the values written in heatmap cells, titles), and the
+    same strings come back move after move ("0.25" in the same font and colour): laying out
+    and rasterising their glyphs again each time is most of the cost. The first time a string
+    (in one font, size, colour and resolution) is drawn, it is drawn by the renderer itself on
+    a small transparent canvas and the inked pixels are kept; later it is pasted with
+    ``draw_image``, through the same clipping. Rotated, mathtext or translucent text is drawn
+    as usual."""
+
+    def __init__(self, renderer: RendererAgg) -> None:
+        self.renderer = renderer
+        self.draw = type(renderer).draw_text.__get__(renderer)
+
+    def __call__(self, gc, x, y, s, prop, angle, ismath=False, mtext=None) -> None:
+        rgba = tuple(gc.get_rgb())
+        if angle or ismath or rgba[3] != 1 or gc.get_alpha() != 1:
+            self.draw(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
+            return
+        dpi = self.renderer.dpi
+        key = (s, prop, rgba, bool(gc.get_antialiased()), dpi)
+        if key in _STAMPS:
+            stamp = _STAMPS[key]
+        else:
+            stamp = _STAMPS[key] = self._stamp(gc, s, prop, rgba, dpi)
+            while len(_STAMPS) > _STAMPS_KEPT:
+                _STAMPS.popitem(last=False)
+        if stamp is not None:
+            pixels, dx, dy = stamp
+            self.renderer.draw_image(gc, round(x) + dx, self.renderer.height - round(y) + dy, pixels)
+
+    def _stamp(self, gc, s, prop, rgba, dpi) -> tuple[np.ndarray, int, int] | None:
+        width, height, descent = self.renderer.get_text_width_height_descent(s, prop, ismath=False)
+        pad = math.ceil(height) + 4
+        x0, y0 = pad, pad + math.ceil(descent)
+        scratch = RendererAgg(math.ceil(width) + 2 * pad, math.ceil(height) + 2 * pad, dpi)
+        scratch_gc = scratch.new_gc()
+        scratch_gc.set_foreground(rgba, isRGBA=True)
+        scratch_gc.set_antialiased(gc.get_antialiased())
+        type(scratch).draw_text(scratch, scratch_gc, x0, y0, s, prop, 0.0)
+        scratch_gc.restore()
+        pixels = np.asarray(scratch.buffer_rgba())
+        rows, cols = np.nonzero(pixels[..., 3])
+        if rows.size == 0:
+            return None
+        top, bottom, left, right = rows.min(), rows.max() + 1, cols.min(), cols.max() + 1
+        # draw_image takes the rows bottom first and the image's bottom-left corner counted from the
+        # canvas's bottom, where draw_text's y (the baseline) is counted from the top.
+        return (
+            np.ascontiguousarray(pixels[top:bottom, left:right][::-1]),
+            int(left - x0),
+            int(y0 - bottom),
+        )
 
 
 def set_options(widget: widgets.Widget, options: Sequence[Any], value: Any) -> None:

@@ -61,9 +61,10 @@ class _TilesExplorer(Explorer):
         }
 
     def _layout(self, data):
-        return data["tile_size"]
+        return None  # one figure for every tile size: a move redraws the tiles, the steps and the title
 
     def _build(self, fig, data):
+        from matplotlib.collections import LineCollection
         from matplotlib.colors import ListedColormap
 
         left = fig.add_axes((0.06, 0.14, 0.34, 0.76))
@@ -81,19 +82,15 @@ class _TilesExplorer(Explorer):
             row_name="query",
             col_name="key",
         )
-        for edge in range(0, 17, data["tile_size"]):
-            left.axvline(edge - 0.5, color="black", lw=1.2)
-            left.axhline(edge - 0.5, color="black", lw=1.2)
+        # The tiles' edges, one segment each, replaced when the tile size changes.
+        edges = LineCollection([], colors="black", linewidths=1.2)
+        left.add_collection(edges, autolim=False)
         # Right: the row's scores with the running maximum (top) and the normaliser (bottom), each
         # on its own labelled axis. Each tile's value is drawn across the keys of that tile.
-        ends = data["ends"]
-        xs = [0.5] + [end + 0.5 for end in ends]
         top = fig.add_axes((0.52, 0.53, 0.44, 0.37))
         top.plot(range(1, 17), to_numpy(_ROW), "o", color="0.6", markersize=3, label="scores of the row")
-        (maximum,) = top.step(
-            xs, [data["running_max"][0], *data["running_max"]], where="pre", color="#d62728", label="running max m"
-        )
-        top.plot(ends, data["running_max"], "s", color="#d62728", markersize=3)
+        (maximum,) = top.step([], [], where="pre", color="#d62728", label="running max m")
+        (max_ends,) = top.plot([], [], "s", color="#d62728", markersize=3)
         top.set_xlim(0.5, 16.5)
         top.set_ylim(-2.5, 4.0)
         top.set_ylabel("score", fontsize=8)
@@ -101,22 +98,46 @@ class _TilesExplorer(Explorer):
         top.legend(fontsize=7, loc="upper left")
         top.grid(True, alpha=0.3)
         bottom = fig.add_axes((0.52, 0.14, 0.44, 0.34), sharex=top)
-        (normaliser,) = bottom.step(xs, [data["normaliser"][0], *data["normaliser"]], where="pre", color="#2171b5")
-        bottom.plot(ends, data["normaliser"], "s", color="#2171b5", markersize=3)
+        (normaliser,) = bottom.step([], [], where="pre", color="#2171b5")
+        (normaliser_ends,) = bottom.plot([], [], "s", color="#2171b5", markersize=3)
         bottom.set_ylim(0.0, _NORMALISER_TOP)
         bottom.set_ylabel("normaliser ℓ", fontsize=8)
         bottom.set_xlabel("keys read so far", fontsize=8)
         bottom.tick_params(labelsize=7)
         bottom.grid(True, alpha=0.3)
-        return blocks, maximum, normaliser, left
+        return {
+            "blocks": blocks,
+            "edges": edges,
+            "steps": (maximum, max_ends, normaliser, normaliser_ends),
+            "left": left,
+            "legend": top.get_legend(),
+        }
 
     def _update(self, artists, data):
-        blocks, _max_line, _normaliser_line, left = artists
-        blocks.set_values(data["blocks"])
-        left.set_title(f"{data['computed_fraction']:.0%} of the scores computed", fontsize=8)
+        artists["blocks"].set_values(data["blocks"])
+        tile = data["tile_size"]
+        artists["edges"].set_segments(
+            [[(edge - 0.5, -0.5), (edge - 0.5, 15.5)] for edge in range(0, 17, tile)]
+            + [[(-0.5, edge - 0.5), (15.5, edge - 0.5)] for edge in range(0, 17, tile)]
+        )
+        ends = data["ends"]
+        xs = [0.5] + [end + 0.5 for end in ends]
+        maximum, max_ends, normaliser, normaliser_ends = artists["steps"]
+        maximum.set_data(xs, [data["running_max"][0], *data["running_max"]])
+        max_ends.set_data(ends, data["running_max"])
+        normaliser.set_data(xs, [data["normaliser"][0], *data["normaliser"]])
+        normaliser_ends.set_data(ends, data["normaliser"])
+        artists["left"].set_title(f"{data['computed_fraction']:.0%} of the scores computed", fontsize=8)
 
     def _dynamic(self, artists):
-        return None
+        # The steps, then the legend over them (as in a full draw).
+        return [
+            *artists["blocks"].dynamic(),
+            artists["edges"],
+            artists["left"].title,
+            *artists["steps"],
+            artists["legend"],
+        ]
 
     def _caption_text(self, data):
         return (
@@ -185,7 +206,8 @@ class _KVHeadsExplorer(Explorer):
         pass
 
     def _dynamic(self, artists):
-        return None
+        # Nothing changes within a layout (one per num_kv_heads): its kept picture is pasted.
+        return []
 
     def _caption_text(self, data):
         kind = (

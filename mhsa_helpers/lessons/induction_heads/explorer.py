@@ -3,7 +3,9 @@ attention, the loss curves and every head's scores change.
 
 Nothing is trained here: the weights come from :func:`~.checkpoints.load_checkpoints`, so the
 explorer opens at once. Each step's forward pass (on :func:`~.training.evaluation_batch`) is
-computed on first view and kept.
+computed on first view and kept (not ahead of time in another thread: building a model seeds
+torch's global random generator, which the notebook's own cells use meanwhile). The figure is
+built once: a move replaces the heatmap's values, the bars' heights, the step's line and the titles.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 import torch
+from matplotlib.patches import Rectangle
 
 from ...checks import expect_int
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
@@ -118,21 +121,8 @@ class _TrainingExplorer(Explorer):
         colorbar = fig.colorbar(image, ax=heat, fraction=0.046, pad=0.03)
         colorbar.set_label("attention weight", fontsize=9)
         colorbar.ax.tick_params(labelsize=8)
-        return {"fig": fig, "grid": grid, "heat": heat, "image": image}
-
-    def _update(self, artists, data):
-        artists["image"].set_data(data["weights"])
-        artists["heat"].set_title(
-            f"layer {data['layer']}, head {data['head']} at step {data['step']}\n"
-            f"(green: first copy, orange: second copy)",
-            fontsize=10,
-        )
-        # The two small panels are cheap: drawn again from scratch at each move.
-        for name in ("loss_ax", "score_ax"):
-            if name in artists:
-                artists[name].remove()
-        fig, grid = artists["fig"], artists["grid"]
-        artists["loss_ax"] = loss_ax = fig.add_subplot(grid[0, 1])
+        # The loss curves are drawn once; a move shifts only the black line at the step.
+        loss_ax = fig.add_subplot(grid[0, 1])
         loss_curves(
             self.checkpoints.history,
             vocab_size=self.checkpoints.config.vocab_size,
@@ -141,10 +131,63 @@ class _TrainingExplorer(Explorer):
             fontsize=8,
         )
         loss_ax.set_title("loss during training (black line: this step)", fontsize=10)
-        artists["score_ax"] = score_ax = fig.add_subplot(grid[1, 1])
+        step_line = loss_ax.lines[-1]  # loss_curves draws the step's line last
+        # Drawn again over the step line, as in a full draw (the legend and the phase-change
+        # label sit above the curves).
+        above_step = [artist for artist in (loss_ax.get_legend(), *loss_ax.texts) if artist is not None]
+        # The bars are drawn once and given each step's heights; the shaded head is a patch of
+        # our own (what score_bars' highlight draws), moved along the axis.
+        score_ax = fig.add_subplot(grid[1, 1])
         scores = {name: torch.from_numpy(value) for name, value in data["scores"].items()}
-        score_bars(scores, ax=score_ax, highlight=(data["layer"], data["head"]), fontsize=8)
-        score_ax.set_title(f"every head's scores at step {data['step']} (shaded: the drawn head)", fontsize=10)
+        score_bars(scores, ax=score_ax, fontsize=8)
+        index = data["layer"] * self.checkpoints.config.num_heads + data["head"]
+        shade = Rectangle(
+            (index - 0.45, 0.0), 0.9, 1.0, transform=score_ax.get_xaxis_transform(), color="#ffe082", zorder=0
+        )
+        score_ax.add_patch(shade)
+        return {
+            "heat": heat,
+            "image": image,
+            "step_line": step_line,
+            "above_step": above_step,
+            "score_ax": score_ax,
+            "bars": list(score_ax.containers),
+            "shade": shade,
+        }
+
+    def _update(self, artists, data):
+        artists["image"].set_data(data["weights"])
+        artists["heat"].set_title(
+            f"layer {data['layer']}, head {data['head']} at step {data['step']}\n"
+            f"(green: first copy, orange: second copy)",
+            fontsize=10,
+        )
+        artists["step_line"].set_xdata([data["step"], data["step"]])
+        heads = self.checkpoints.config.num_heads
+        for container, name in zip(artists["bars"], ("previous_token", "induction", "bos"), strict=True):
+            for bar, height in zip(container, data["scores"][name].reshape(-1), strict=True):
+                bar.set_height(float(height))
+        artists["shade"].set_x(data["layer"] * heads + data["head"] - 0.45)
+        artists["score_ax"].set_title(
+            f"every head's scores at step {data['step']} (shaded: the drawn head)", fontsize=10
+        )
+
+    def _dynamic(self, artists):
+        heat, score_ax = artists["heat"], artists["score_ax"]
+        return [
+            artists["image"],
+            *heat.spines.values(),
+            heat.title,
+            artists["step_line"],
+            *artists["above_step"],
+            artists["shade"],
+            *(bar for container in artists["bars"] for bar in container),
+            # Over the shade, as in a full draw: the line between the layers and their names.
+            *score_ax.lines,
+            *score_ax.texts,
+            *score_ax.spines.values(),
+            score_ax.title,
+        ]
 
     def _caption_text(self, data):
         prev = data["scores"]["previous_token"][0].max()

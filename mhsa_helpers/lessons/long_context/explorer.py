@@ -113,7 +113,10 @@ class _StretchExplorer(Explorer):
         )
 
     def _dynamic(self, artists):
-        return None  # lines, reference lines and a title: the whole figure is redrawn
+        # The axes are fixed (see _build): a move redraws the lines and the title over the kept
+        # background, then the legend, which sits above the lines as in a full draw.
+        *lines, left = artists
+        return [*lines, left.title, left.get_legend()]
 
     def _caption_text(self, data):
         how = {

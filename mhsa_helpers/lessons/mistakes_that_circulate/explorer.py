@@ -22,13 +22,21 @@ class _BugZooExplorer(Explorer):
         controls = {
             "bug": widgets.SelectionSlider(options=list(bug_names()), value=name, description="bug", **SLIDER),
         }
+        #: Each bug's computed data: a move back to a bug shown before only redraws it.
+        self._computed: dict[str, dict] = {}
         super().__init__(controls, title="The bug zoo: each bug next to its fix")
 
     def _check(self, values):
         expect_choice("bug", values["bug"], bug_names())
 
     def _compute(self, values):
-        item = bug(values["bug"])
+        name = values["bug"]
+        if name not in self._computed:
+            self._computed[name] = self._run(name)
+        return dict(self._computed[name])
+
+    def _run(self, name):
+        item = bug(name)
         demo = item.run()
         buggy, fixed = to_numpy(demo.buggy), to_numpy(demo.fixed)
         return {
@@ -49,6 +57,10 @@ class _BugZooExplorer(Explorer):
 
     def _layout(self, data):
         return (data["kind"], data["buggy"].shape, tuple(data["rows"]), tuple(data["cols"]))
+
+    def _static(self, data):
+        # An output's colour bar spans ±limit, which differs between bugs of one layout.
+        return (self._layout(data), None if data["kind"] == "weights" else data["limit"])
 
     def _build(self, fig, data):
         weights = data["kind"] == "weights"
