@@ -15,8 +15,8 @@ from matplotlib.font_manager import FontProperties
 from PIL import Image
 
 from mhsa_helpers.lessons.induction_heads import training_explorer
-from mhsa_helpers.lessons.multi_head import heads_explorer
-from mhsa_helpers.lessons.scaled_attention import scaling_explorer
+from mhsa_helpers.lessons.multi_head_attention import heads_explorer
+from mhsa_helpers.lessons.scaled_dot_product_attention import scaling_explorer
 from mhsa_helpers.teaching import explorer as explorer_module
 from mhsa_helpers.teaching.explorer import CSS_DPI, DPI, PIXEL_RATIO, SHARPEN_AFTER
 
