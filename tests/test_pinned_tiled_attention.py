@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import mhsa_helpers.tiled_attention as tiled
-from mhsa_helpers.tiled_attention import online_softmax, online_softmax_trace, tiled_attention
+from mhsa_helpers.tiled_attention import online_softmax, online_softmax_trace, tile_kinds, tiled_attention
 
 
 def test_the_trace_of_a_single_score_is_that_score_and_a_normaliser_of_one():
@@ -54,3 +54,36 @@ def test_the_online_softmax_computes_where_its_scores_are():
     assert online_softmax(scores, 2).device.type == "meta"
     trace = online_softmax_trace(scores, 2)
     assert trace.running_max.device.type == trace.normaliser.device.type == "meta"
+
+
+def _kinds_by_rule(seq_q, seq_k, tile_size):
+    """Query i sits at position seq_k - seq_q + i and sees key j when j <= that position: a block is
+    "computed" when every query sees every key, "skipped" when none sees any, "masked" otherwise."""
+    offset = seq_k - seq_q
+    kinds = []
+    for q0 in range(0, seq_q, tile_size):
+        row = []
+        for k0 in range(0, seq_k, tile_size):
+            seen = [
+                j <= offset + i
+                for i in range(q0, min(q0 + tile_size, seq_q))
+                for j in range(k0, min(k0 + tile_size, seq_k))
+            ]
+            row.append("computed" if all(seen) else "skipped" if not any(seen) else "masked")
+        kinds.append(row)
+    return kinds
+
+
+@pytest.mark.parametrize(("seq_q", "seq_k", "tile_size"), [(3, 3, 1), (3, 4, 2), (5, 9, 2), (4, 4, 3), (6, 6, 2)])
+def test_a_block_whose_last_key_is_its_first_querys_own_position_is_computed_unmasked(seq_q, seq_k, tile_size):
+    assert tile_kinds(seq_q, seq_k, tile_size=tile_size, causal=True) == _kinds_by_rule(seq_q, seq_k, tile_size)
+
+
+def test_the_trace_keeps_two_batch_dimensions():
+    scores = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    trace = online_softmax_trace(scores, tile_size=2)
+    assert trace.running_max.shape == trace.normaliser.shape == (2, 3, 3)
+    row_max = scores.amax(-1)
+    torch.testing.assert_close(trace.running_max[..., -1], row_max)
+    torch.testing.assert_close(trace.normaliser[..., -1], (scores - row_max[..., None]).exp().sum(-1))
+    torch.testing.assert_close(trace.running_max[..., 0], scores[..., :2].amax(-1))
