@@ -10,7 +10,13 @@ import pytest
 import torch
 
 import mhsa_helpers.tiled_attention as tiled
-from mhsa_helpers.tiled_attention import online_softmax, online_softmax_trace, tile_kinds, tiled_attention
+from mhsa_helpers.tiled_attention import (
+    initial_online_softmax_state,
+    online_softmax,
+    online_softmax_trace,
+    tile_kinds,
+    tiled_attention,
+)
 
 
 def test_the_trace_of_a_single_score_is_that_score_and_a_normaliser_of_one():
@@ -87,3 +93,12 @@ def test_the_trace_keeps_two_batch_dimensions():
     torch.testing.assert_close(trace.running_max[..., -1], row_max)
     torch.testing.assert_close(trace.normaliser[..., -1], (scores - row_max[..., None]).exp().sum(-1))
     torch.testing.assert_close(trace.running_max[..., 0], scores[..., :2].amax(-1))
+
+
+def test_the_initial_state_is_made_with_the_dtype_and_on_the_device_asked_for():
+    default = initial_online_softmax_state((2,), 3, 4)
+    made = initial_online_softmax_state((2,), 3, 4, dtype=torch.float64, device="meta")
+    for name in ("running_max", "normaliser", "output"):
+        assert getattr(default, name).dtype == torch.float32 and getattr(default, name).device.type == "cpu"
+        assert getattr(made, name).dtype == torch.float64 and getattr(made, name).device.type == "meta", name
+    assert made.output.shape == (2, 3, 4) and made.running_max.shape == made.normaliser.shape == (2, 3, 1)
