@@ -63,3 +63,14 @@ def test_token_positions_reach_the_attention():
         out = block(x, token_positions=positions)
         torch.testing.assert_close(out, expected)
         assert not torch.allclose(out, block(x), atol=1e-4)
+
+
+def test_rms_norm_rounds_the_normalised_x_to_xs_dtype_before_the_weight():
+    # Llama's reference: norm(x.float()).type_as(x) * weight. With a unit weight every output is
+    # therefore a float16 number, although the sum of squares is taken in float32.
+    x = torch.tensor([[1.0, 2.0, 3.0, 5.0], [0.1, -0.7, 0.3, 0.9]], dtype=torch.float16)
+    out = RMSNorm(4)(x)
+    assert torch.equal(out, out.to(torch.float16).to(out.dtype))
+    exact = x.double() / x.double().pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
+    assert not torch.equal(exact.to(torch.float16).double(), exact)  # so the rounding is visible
+    torch.testing.assert_close(out.double(), exact.to(torch.float16).double())
