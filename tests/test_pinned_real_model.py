@@ -235,7 +235,7 @@ def test_the_models_checks_take_the_cache_into_account():
     with pytest.raises(ValueError, match="seq >= 1"):
         model(torch.zeros(1, 0, dtype=torch.long))
     for ids in (torch.zeros(1, 2, dtype=torch.bool), torch.zeros(1, 2, dtype=torch.complex64)):
-        with pytest.raises(TypeError, match="integer token ids"):
+        with pytest.raises(TypeError, match="integer tensor of token ids"):
             model(ids)
     with pytest.raises(TypeError, match=r"one per layer, got list of 2"):
         model(torch.zeros(1, 2, dtype=torch.long), cache=[KVCache(), "not a cache"])
