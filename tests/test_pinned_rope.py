@@ -6,14 +6,13 @@ Expected angles come from the paper's formula ``m * base^(-2i/d_head)`` in Pytho
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
 import torch
 
 from mhsa_helpers import RotaryEmbedding
-from mhsa_helpers.rope import RopeScaling, rope_angles
+from mhsa_helpers.rope import RopeScaling, apply_rotary, rope_angles, rope_frequencies, scaled_rope_frequencies
 
 META = torch.device("meta")
 
@@ -111,3 +110,60 @@ def test_forward_and_angles_for_messages():
         "shaped (batch, 1, seq)), got shape (2, 3)",
     ):
         rope(torch.zeros(2, 2, 3, 4), torch.zeros(2, 3, dtype=torch.int64))
+
+
+def test_argument_messages_of_the_rest_of_rope():
+    with raises(ValueError, "d_head must be even for RoPE (dimensions are rotated in pairs), got d_head=5"):
+        RotaryEmbedding(5)
+    with raises(TypeError, "d_head must be an int, got float 4.0 (expected >= 1)"):
+        rope_frequencies(4.0)
+    with raises(ValueError, "base must be a finite number > 1 (10000 in most models), got base=1.0"):
+        rope_frequencies(4, 1.0)
+    with raises(ValueError, "max_seq_len must be >= 1, got 0"):
+        RotaryEmbedding(4, 0)
+    with raises(ValueError, "convention must be one of 'interleaved', 'half_split', got 'neox'"):
+        RotaryEmbedding(4, convention="neox")
+    with raises(
+        ValueError,
+        "x's last dimension d_head must be even for RoPE (dimensions are rotated in pairs), got x of shape (3, 5)",
+    ):
+        apply_rotary(torch.zeros(3, 5), torch.zeros(3, 2), torch.zeros(3, 2))
+    for name in ("cos", "sin"):
+        pair = {"cos": torch.zeros(3, 2), "sin": torch.zeros(3, 2), name: torch.zeros(3, 3)}
+        with raises(ValueError, f"{name} must be broadcastable to (..., seq, d_head // 2) = (3, 2), got shape (3, 3)"):
+            apply_rotary(torch.zeros(3, 4), pair["cos"], pair["sin"])
+    with raises(TypeError, "scaling must be a RopeScaling or None, got str"):
+        scaled_rope_frequencies(4, 10000.0, "yarn")
+    with raises(
+        ValueError, "d_head must be > 2 for method='ntk' (the base is scaled by factor^(d/(d-2))), got d_head=2"
+    ):
+        scaled_rope_frequencies(2, 10000.0, RopeScaling("ntk", 2.0, 16))
+    with raises(
+        ValueError,
+        "token_positions must lie in [0, max_seq_len - 1] = [0, 7], got values from 2 to 8; "
+        "build RotaryEmbedding with a larger max_seq_len",
+    ):
+        RotaryEmbedding(4, 8)(torch.zeros(3, 4), torch.tensor([2, 8, 5]))
+
+
+def test_rope_frequencies_defaults_float32_and_exact_at_the_last_pair():
+    theta = rope_frequencies(8)
+    assert theta.dtype == torch.float32
+    expected = torch.tensor([10000.0 ** (-2 * i / 8) for i in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(theta, expected.float(), rtol=0, atol=0)
+
+
+def test_ntk_with_d_head_4_is_allowed():
+    theta, factor = scaled_rope_frequencies(4, 10000.0, RopeScaling("ntk", 2.0, 16))
+    # base * s^(d/(d-2)) = 10000 * 2^2; the slowest pair (i = 1) is divided by exactly s.
+    expected = torch.tensor([1.0, (10000.0 * 4.0) ** (-2 / 4)], dtype=torch.float64)
+    torch.testing.assert_close(theta, expected)
+    assert factor == 1.0
+
+
+def test_apply_rotary_x_messages():
+    cos = sin = torch.zeros(2)
+    with raises(TypeError, "x must be a torch.Tensor, got list"):
+        apply_rotary([0.0] * 4, cos, sin)
+    with raises(ValueError, "x must have at least 2 dimensions (..., seq, d_head), got shape (4,)"):
+        apply_rotary(torch.zeros(4), cos, sin)
