@@ -222,6 +222,7 @@ def test_expect_number_accepts_numbers_as_float():
     [
         (True, {"low": 0.0}, TypeError, "p must be a number >= 0, got bool True"),
         ("0.1", {}, TypeError, "p must be a number, got str '0.1'"),
+        ("0.1", {"low": 0.0, "open_low": True}, TypeError, "p must be a number > 0, got str '0.1'"),
         (None, {"low": 0.0, "high": 1.0, "open_high": True, "why": " (a probability)"}, TypeError,
          "p must be a number in [0, 1) (a probability), got NoneType None"),
         (1.0, {"low": 0.0, "high": 1.0, "open_high": True}, ValueError, "p must be in [0, 1), got p=1.0"),
