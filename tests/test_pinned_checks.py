@@ -96,7 +96,7 @@ def test_expect_matrix():
         checks.expect_matrix("w", torch.zeros(3))
     with raises(ValueError, "w must be a 2-D (d_out, d_in) matrix, got shape (1, 3, 4)"):
         checks.expect_matrix("w", torch.zeros(1, 3, 4), "(d_out, d_in) matrix")
-    with pytest.raises(TypeError, match="^w must have a floating-point dtype"):
+    with pytest.raises(TypeError, match=r"^w must have a floating-point dtype"):
         checks.expect_matrix("w", torch.zeros(3, 4, dtype=torch.long))
 
 
@@ -109,7 +109,7 @@ def test_expect_shape():
         checks.expect_shape("bias", b, (5,))
     with raises(TypeError, "bias must have the dtype of x (torch.float64), got torch.float32"):
         checks.expect_shape("bias", b, (4,), torch.float64)
-    with pytest.raises(TypeError, match="^bias must have a floating-point dtype"):
+    with pytest.raises(TypeError, match=r"^bias must have a floating-point dtype"):
         checks.expect_shape("bias", torch.zeros(4, dtype=torch.long), (4,))
 
 
@@ -223,8 +223,12 @@ def test_expect_number_accepts_numbers_as_float():
         (True, {"low": 0.0}, TypeError, "p must be a number >= 0, got bool True"),
         ("0.1", {}, TypeError, "p must be a number, got str '0.1'"),
         ("0.1", {"low": 0.0, "open_low": True}, TypeError, "p must be a number > 0, got str '0.1'"),
-        (None, {"low": 0.0, "high": 1.0, "open_high": True, "why": " (a probability)"}, TypeError,
-         "p must be a number in [0, 1) (a probability), got NoneType None"),
+        (
+            None,
+            {"low": 0.0, "high": 1.0, "open_high": True, "why": " (a probability)"},
+            TypeError,
+            "p must be a number in [0, 1) (a probability), got NoneType None",
+        ),
         (1.0, {"low": 0.0, "high": 1.0, "open_high": True}, ValueError, "p must be in [0, 1), got p=1.0"),
         (0.0, {"low": 0.0, "open_low": True}, ValueError, "p must be a finite number > 0, got p=0.0"),
         (-0.5, {"low": 0.0}, ValueError, "p must be a finite number >= 0, got p=-0.5"),

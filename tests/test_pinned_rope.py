@@ -86,8 +86,7 @@ def test_extra_repr():
     )
     scaling = RopeScaling("linear", 2.0, 8)
     assert repr(RotaryEmbedding(6, 16, 500.0, "half_split", scaling=scaling)) == (
-        "RotaryEmbedding(d_head=6, max_seq_len=16, base=500, convention='half_split', "
-        f"scaling={scaling})"
+        f"RotaryEmbedding(d_head=6, max_seq_len=16, base=500, convention='half_split', scaling={scaling})"
     )
 
 
