@@ -45,3 +45,10 @@ def close_figures():
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:
         pyplot.close("all")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the browser tests last. Their session-wide Playwright keeps its event loop current in this
+    process between calls, so an explorer tested after them would find a "running" loop that never runs
+    its callbacks and wait for ever to sharpen its picture."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
