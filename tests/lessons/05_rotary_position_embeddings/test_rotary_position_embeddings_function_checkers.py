@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
+from checker_table import table_tests
 
 from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 
@@ -78,70 +78,11 @@ LISTED_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("name", sorted(CHECKERS))
-def test_independent_solution_is_correct(name):
-    checker, solution, _ = CHECKERS[name]
-    result = checker(solution, verbose=False)
-    assert result.status == "correct", result.message
-    assert result.correct
-
-
-@pytest.mark.parametrize("name", sorted(CHECKERS))
-def test_stub_is_not_attempted(name, capsys):
-    checker, _, _ = CHECKERS[name]
-    result = checker(stub)
-    assert result.status == "not_attempted"
-    assert not result.correct
-    assert "not attempted yet" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("name", "mistake", "expected"), LISTED_MISTAKES, ids=[f"{n}-{e}" for n, _, e in LISTED_MISTAKES]
-)
-def test_listed_mistakes_are_named(name, mistake, expected):
-    checker, _, _ = CHECKERS[name]
-    result = checker(mistake, verbose=False)
-    assert result.status == "misconception", result.message
-    assert result.misconception == expected
-    assert expected in result.message
-
-
-ALL_MISCONCEPTIONS = [(name, m) for name, (_, _, ms) in sorted(CHECKERS.items()) for m in ms]
-
-
-@pytest.mark.parametrize(
-    ("name", "misconception"), ALL_MISCONCEPTIONS, ids=[f"{n}-{m.name}" for n, m in ALL_MISCONCEPTIONS]
-)
-def test_every_misconception_is_told_apart(name, misconception):
-    """Fed as the learner's answer, each known mistake is named as itself: it differs from the
-    right answer on some case, and from every misconception listed before it."""
-    checker, _, _ = CHECKERS[name]
-    result = checker(misconception.implementation, verbose=False)
-    assert result.status == "misconception", result.message
-    assert result.misconception == misconception.name
-    assert misconception.hint in result.message
-
-
-@pytest.mark.parametrize("name", sorted(CHECKERS))
-def test_unknown_wrong_answer_is_incorrect(name):
-    checker, solution, _ = CHECKERS[name]
-
-    def off_a_little(*args):
-        out = solution(*args)
-        return torch.zeros_like(out) if out.dtype == torch.bool else 1.5 * out
-
-    result = checker(off_a_little, verbose=False)
-    assert result.status == "incorrect", result.message
-    assert "differs from the reference" in result.message
-
-
-@pytest.mark.parametrize("name", sorted(CHECKERS))
-def test_a_crash_is_reported_not_raised(name):
-    checker, _, _ = CHECKERS[name]
-
-    def crashes(*args):
-        raise ValueError("boom")
-
-    result = checker(crashes, verbose=False)
-    assert result.status == "error"
-    assert "ValueError: boom" in result.message
+(
+    test_independent_solution_is_correct,
+    test_stub_is_not_attempted,
+    test_listed_mistakes_are_named,
+    test_every_misconception_is_told_apart,
+    test_unknown_wrong_answer_is_incorrect,
+    test_a_crash_is_reported_not_raised,
+) = table_tests(CHECKERS, LISTED_MISTAKES)

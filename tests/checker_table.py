@@ -1,0 +1,92 @@
+"""The six tests every table of function checkers gets (notebooks 04-06), written once.
+
+A lesson's test file defines ``CHECKERS`` (``name -> (checker, an independent right answer, the
+checker's misconceptions)``) and ``LISTED_MISTAKES`` (``(name, a hand-written wrong answer, the name
+the checker must give it)``), then binds the tests by name so that pytest collects them there::
+
+    (test_independent_solution_is_correct, ...) = table_tests(CHECKERS, LISTED_MISTAKES)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+
+def stub(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError
+
+
+def table_tests(checkers: dict[str, tuple[Any, Any, Any]], listed: list[tuple[str, Any, str]]) -> tuple[Callable, ...]:
+    names = sorted(checkers)
+    misconceptions = [(name, m) for name, (_, _, ms) in sorted(checkers.items()) for m in ms]
+
+    @pytest.mark.parametrize("name", names)
+    def test_independent_solution_is_correct(name):
+        checker, solution, _ = checkers[name]
+        result = checker(solution, verbose=False)
+        assert result.status == "correct", result.message
+        assert result.correct
+
+    @pytest.mark.parametrize("name", names)
+    def test_stub_is_not_attempted(name, capsys):
+        checker, _, _ = checkers[name]
+        result = checker(stub)
+        assert result.status == "not_attempted"
+        assert not result.correct
+        assert "not attempted yet" in capsys.readouterr().out
+
+    @pytest.mark.parametrize(("name", "mistake", "expected"), listed, ids=[f"{n}-{e}" for n, _, e in listed])
+    def test_listed_mistakes_are_named(name, mistake, expected):
+        checker, _, _ = checkers[name]
+        result = checker(mistake, verbose=False)
+        assert result.status == "misconception", result.message
+        assert result.misconception == expected
+        assert expected in result.message
+
+    @pytest.mark.parametrize(
+        ("name", "misconception"), misconceptions, ids=[f"{n}-{m.name}" for n, m in misconceptions]
+    )
+    def test_every_misconception_is_told_apart(name, misconception):
+        """Fed as the learner's answer, each known mistake is named as itself: it differs from the
+        right answer on some case, and from every misconception listed before it."""
+        checker, _, _ = checkers[name]
+        result = checker(misconception.implementation, verbose=False)
+        assert result.status == "misconception", result.message
+        assert result.misconception == misconception.name
+        assert misconception.hint in result.message
+
+    @pytest.mark.parametrize("name", names)
+    def test_unknown_wrong_answer_is_incorrect(name):
+        checker, solution, _ = checkers[name]
+
+        def off_a_little(*args):
+            out = solution(*args)
+            return torch.zeros_like(out) if out.dtype == torch.bool else 1.5 * out
+
+        result = checker(off_a_little, verbose=False)
+        assert result.status == "incorrect", result.message
+        assert "differs from the reference" in result.message
+
+    @pytest.mark.parametrize("name", names)
+    def test_a_crash_is_reported_not_raised(name):
+        checker, _, _ = checkers[name]
+
+        def crashes(*args):
+            raise ValueError("boom")
+
+        result = checker(crashes, verbose=False)
+        assert result.status == "error"
+        assert "ValueError: boom" in result.message
+
+    return (
+        test_independent_solution_is_correct,
+        test_stub_is_not_attempted,
+        test_listed_mistakes_are_named,
+        test_every_misconception_is_told_apart,
+        test_unknown_wrong_answer_is_incorrect,
+        test_a_crash_is_reported_not_raised,
+    )
