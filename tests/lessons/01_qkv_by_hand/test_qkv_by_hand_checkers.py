@@ -6,13 +6,13 @@ series promises (a prediction, a debugging exercise, a last exercise with hints 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
 import pytest
 import torch
+from notebook_cells import cells, defined_in_notebook, printed, source
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
@@ -21,30 +21,8 @@ from mhsa_helpers.lessons.qkv_by_hand.exercises import uniform_weight, with_grad
 ROOT = Path(__file__).resolve().parents[3]
 
 
-NOTEBOOKS = {
-    1: ROOT / "notebooks" / "01_qkv_by_hand.ipynb",
-}
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-def source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
-def printed(cell: dict) -> str:
-    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-
-
-def defined_in_notebook(number: int, name: str):
-    """The function ``name`` exactly as the notebook's cell defines it (the checker call removed)."""
-    cell = next(c for c in cells(NOTEBOOKS[number]) if f"def {name}(" in source(c))
-    code = source(cell).split("\nresult = ")[0]
-    namespace: dict = {"torch": torch, "math": math}
-    exec(compile(code, f"notebook {number:02d}", "exec"), namespace)
-    return namespace[name]
+NOTEBOOK = ROOT / "notebooks" / "01_qkv_by_hand.ipynb"
+NOTEBOOKS = {1: NOTEBOOK}
 
 
 def test_a_head_written_with_einsum_and_the_package_is_accepted():
@@ -72,12 +50,12 @@ def test_a_head_through_the_package_is_accepted_with_a_note():
     ],
 )
 def test_the_notebooks_buggy_code_is_named(number, name, checker, named):
-    result = checker(defined_in_notebook(number, name), verbose=False)
+    result = checker(defined_in_notebook(NOTEBOOKS[number], name), verbose=False)
     assert result.status == "misconception" and result.misconception == named, result.message
 
 
 def test_fixing_one_bug_of_notebook_01_leaves_the_other_named():
-    buggy = defined_in_notebook(1, "attention_weights")
+    buggy = defined_in_notebook(NOTEBOOK, "attention_weights")
     q, k = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 5, 4, dtype=torch.float64)
     assert buggy(q, k).shape == (2, 3, 5)  # it runs and has the right shape: only the numbers are wrong
 

@@ -7,7 +7,6 @@ unfold in three steps).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from notebook_cells import cells, defined_in_notebook, printed, source
 
 from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME
 from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_softmax, check_spread_prediction
@@ -23,30 +23,8 @@ from mhsa_helpers.lessons.scaled_dot_product_attention.exercises import spread_g
 ROOT = Path(__file__).resolve().parents[3]
 
 
-NOTEBOOKS = {
-    2: ROOT / "notebooks" / "02_scaled_dot_product_attention.ipynb",
-}
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-def source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
-def printed(cell: dict) -> str:
-    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-
-
-def defined_in_notebook(number: int, name: str):
-    """The function ``name`` exactly as the notebook's cell defines it (the checker call removed)."""
-    cell = next(c for c in cells(NOTEBOOKS[number]) if f"def {name}(" in source(c))
-    code = source(cell).split("\nresult = ")[0]
-    namespace: dict = {"torch": torch, "math": math}
-    exec(compile(code, f"notebook {number:02d}", "exec"), namespace)
-    return namespace[name]
+NOTEBOOK = ROOT / "notebooks" / "02_scaled_dot_product_attention.ipynb"
+NOTEBOOKS = {2: NOTEBOOK}
 
 
 def test_attention_with_an_additive_mask_and_pytorch_are_accepted():
@@ -70,7 +48,7 @@ def test_attention_with_an_additive_mask_and_pytorch_are_accepted():
     ],
 )
 def test_the_notebooks_buggy_code_is_named(number, name, checker, named):
-    result = checker(defined_in_notebook(number, name), verbose=False)
+    result = checker(defined_in_notebook(NOTEBOOKS[number], name), verbose=False)
     assert result.status == "misconception" and result.misconception == named, result.message
 
 

@@ -6,13 +6,12 @@ a debugging exercise, a last exercise that builds on notebook 02's, with hints t
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from pathlib import Path
 
 import pytest
 import torch
+from notebook_cells import cells, defined_in_notebook, printed, source
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.causal_masking import (
@@ -26,30 +25,8 @@ from mhsa_helpers.lessons.causal_masking.exercises import POLARITY_NAME, first_q
 ROOT = Path(__file__).resolve().parents[3]
 
 
-NOTEBOOKS = {
-    3: ROOT / "notebooks" / "03_causal_masking.ipynb",
-}
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-def source(cell: dict) -> str:
-    return "".join(cell["source"])
-
-
-def printed(cell: dict) -> str:
-    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-
-
-def defined_in_notebook(number: int, name: str):
-    """The function ``name`` exactly as the notebook's cell defines it (the checker call removed)."""
-    cell = next(c for c in cells(NOTEBOOKS[number]) if f"def {name}(" in source(c))
-    code = source(cell).split("\nresult = ")[0]
-    namespace: dict = {"torch": torch, "math": math}
-    exec(compile(code, f"notebook {number:02d}", "exec"), namespace)
-    return namespace[name]
+NOTEBOOK = ROOT / "notebooks" / "03_causal_masking.ipynb"
+NOTEBOOKS = {3: NOTEBOOK}
 
 
 def test_a_mask_built_by_comparing_positions_is_accepted():
@@ -74,7 +51,7 @@ def test_causal_attention_through_the_package_is_accepted():
     ],
 )
 def test_the_notebooks_buggy_code_is_named(number, name, checker, named):
-    result = checker(defined_in_notebook(number, name), verbose=False)
+    result = checker(defined_in_notebook(NOTEBOOKS[number], name), verbose=False)
     assert result.status == "misconception" and result.misconception == named, result.message
 
 
