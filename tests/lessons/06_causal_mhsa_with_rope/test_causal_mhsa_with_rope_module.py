@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from learner_modules import merge, multi_head_module, split, variant_module
 from test_wrong_answers import Wrong
 from torch import nn
 
@@ -21,21 +22,6 @@ from mhsa_helpers.lessons.causal_mhsa_with_rope import (
     copy_package_weights,
 )
 from mhsa_helpers.lessons.causal_mhsa_with_rope.exercises import CAUSAL_MODULE_MISTAKES
-from mhsa_helpers.lessons.multi_head_attention.learner import attention_variant
-
-
-def split(x, num_heads, *, view_only=False):
-    batch, seq, d_model = x.shape
-    if view_only:
-        return x.reshape(batch, num_heads, seq, d_model // num_heads)
-    return x.view(batch, seq, num_heads, d_model // num_heads).transpose(1, 2)
-
-
-def merge(x, *, reshape_only=False):
-    batch, heads, seq, d_head = x.shape
-    if reshape_only:
-        return x.reshape(batch, seq, heads * d_head)
-    return x.transpose(1, 2).reshape(batch, seq, heads * d_head)
 
 
 def rotate(x, positions, base=10000.0, *, half_split=False):
@@ -48,30 +34,6 @@ def rotate(x, positions, base=10000.0, *, half_split=False):
         return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-
-
-def multi_head_module(**slip):
-    """A MyMultiHeadAttention(d_in, d_model, num_heads) with at most one slip."""
-
-    class MyMultiHeadAttention(nn.Module):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__()
-            bias = not slip.get("no_bias", False)
-            self.w_q, self.w_k, self.w_v = (nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
-            self.w_o = nn.Linear(d_model, d_model, bias=bias)
-            self.num_heads = num_heads
-
-        def forward(self, x):
-            view_only = slip.get("view_only", False)
-            q, k, v = (split(w(x), self.num_heads, view_only=view_only) for w in (self.w_q, self.w_k, self.w_v))
-            if slip.get("detach_v"):
-                v = v.detach()
-            d = x.shape[-1] if slip.get("scale_d_in") else q.shape[-1]
-            weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=slip.get("softmax_dim", -1))
-            merged = merge(weights @ v, reshape_only=slip.get("reshape_only", False) or view_only)
-            return merged if slip.get("no_w_o") else self.w_o(merged)
-
-    return MyMultiHeadAttention
 
 
 def causal_module(**slip):
@@ -285,39 +247,6 @@ def test_copy_package_weights_refuses_what_it_cannot_copy(theirs, mine, words):
 def test_copy_package_weights_names_the_wrong_argument_types():
     with pytest.raises(TypeError, match=r"theirs must be a mhsa_helpers\.MultiHeadSelfAttention"):
         copy_package_weights(causal_module()(8, 2), nn.MultiheadAttention(8, 2))
-
-
-def variant_module(decoder, **switches):
-    """A module that computes attention_variant with ``switches`` from its own layers, with any cache
-    of the contract (``length`` and ``append``)."""
-
-    class Variant(nn.Module):
-        def __init__(self, *args, d_in=None, bias=True, rope_base=10000.0):
-            super().__init__()
-            d_in, d_model, num_heads = args if len(args) == 3 else (d_in or args[0], *args)
-            self.w_q, self.w_k, self.w_v = (nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
-            self.w_o = nn.Linear(d_model, d_model, bias=bias)
-            self.num_heads, self.rope_base = num_heads, rope_base
-
-        def forward(self, x, cache=None, need_weights=False):
-            params = {}
-            for name in ("q", "k", "v", "o"):
-                params[f"w_{name}"], params[f"b_{name}"] = (
-                    getattr(self, f"w_{name}").weight,
-                    getattr(self, f"w_{name}").bias,
-                )
-            past = None
-            if cache is not None and cache.length:  # all keys and values so far, through the contract's append
-                empty = torch.zeros(x.shape[0], self.num_heads, 0, self.w_q.out_features // self.num_heads)
-                past = cache.append(empty, empty)
-            options = {"causal": True, "rope_base": self.rope_base} if decoder else {}
-            out, weights, k, v = attention_variant(params, x, self.num_heads, past_kv=past, **{**options, **switches})
-            if cache is not None:
-                start = cache.length
-                cache.append(k[..., start:, :], v[..., start:, :])
-            return (out, weights) if need_weights else out
-
-    return Variant
 
 
 def test_the_variant_module_without_a_mistake_is_right():
