@@ -1,4 +1,5 @@
-"""The six tests every table of function checkers gets (notebooks 04-06), written once.
+"""Tests every lesson's checker tables share, written once: the six tests of a table of function
+checkers (notebooks 04-06) and the two of a catalogue of wrong answers (notebooks 01-03).
 
 A lesson's test file defines ``CHECKERS`` (``name -> (checker, an independent right answer, the
 checker's misconceptions)``) and ``LISTED_MISTAKES`` (``(name, a hand-written wrong answer, the name
@@ -90,3 +91,30 @@ def table_tests(checkers: dict[str, tuple[Any, Any, Any]], listed: list[tuple[st
         test_unknown_wrong_answer_is_incorrect,
         test_a_crash_is_reported_not_raised,
     )
+
+
+def catalogue_tests(catalogue: list[Any], label: str) -> tuple[Callable, ...]:
+    """The two tests of a lesson's catalogue of learner-style wrong answers (``test_wrong_answers.Wrong``):
+    no checker accepts one, each is named as listed and its message says the listed words; and the
+    catalogue's verdicts, printed, have none accepted and at least 80% named."""
+    from test_wrong_answers import verdict_counts
+
+    @pytest.mark.filterwarnings("ignore:The use of `x.T`")
+    @pytest.mark.parametrize("wrong", catalogue, ids=lambda w: f"{w.checker.__name__}: {w.name}")
+    def test_no_checker_accepts_a_wrong_answer_and_names_it(wrong):
+        result = wrong.checker(wrong.function, verbose=False)
+        assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"
+        if wrong.named is not None:
+            assert result.status == "misconception" and result.misconception == wrong.named, result.message
+        for words in wrong.says:
+            assert words in result.message, result.message
+
+    @pytest.mark.filterwarnings("ignore:The use of `x.T`")
+    def test_the_catalogue_is_counted(capsys):
+        counts = verdict_counts(catalogue)
+        with capsys.disabled():
+            print(f"\n{label}: catalogue of {len(catalogue)} wrong answers: {counts}")
+        assert counts["accepted"] == 0
+        assert counts["named"] >= 0.8 * len(catalogue)
+
+    return test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_counted

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
-from test_wrong_answers import Wrong, verdict_counts
+from checker_table import catalogue_tests
+from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
 from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, WRONG_AXES_NAME
@@ -170,21 +170,6 @@ PREDICTIONS = [
 CATALOGUE = HEAD + DEBUG + PREDICTIONS
 
 
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")
-def test_no_checker_accepts_a_wrong_answer_and_names_it(wrong):
-    result = wrong.checker(wrong.function, verbose=False)
-    assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"
-    if wrong.named is not None:
-        assert result.status == "misconception" and result.misconception == wrong.named, result.message
-    for words in wrong.says:
-        assert words in result.message, result.message
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-def test_the_catalogue_is_counted(capsys):
-    counts = verdict_counts(CATALOGUE)
-    with capsys.disabled():
-        print(f"\nnotebook 01: catalogue of {len(CATALOGUE)} wrong answers: {counts}")
-    assert counts["accepted"] == 0
-    assert counts["named"] >= 0.8 * len(CATALOGUE)
+test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_counted = catalogue_tests(
+    CATALOGUE, "notebook 01"
+)

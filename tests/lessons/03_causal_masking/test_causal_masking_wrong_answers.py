@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 import torch.nn.functional as F
-from test_wrong_answers import Wrong, verdict_counts
+from checker_table import catalogue_tests
+from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.causal_masking import (
     check_cache_prediction,
@@ -174,21 +174,6 @@ PREDICTIONS = [
 CATALOGUE = MASK + CAUSAL + PREDICTIONS
 
 
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")
-def test_no_checker_accepts_a_wrong_answer_and_names_it(wrong):
-    result = wrong.checker(wrong.function, verbose=False)
-    assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"
-    if wrong.named is not None:
-        assert result.status == "misconception" and result.misconception == wrong.named, result.message
-    for words in wrong.says:
-        assert words in result.message, result.message
-
-
-@pytest.mark.filterwarnings("ignore:The use of `x.T`")
-def test_the_catalogue_is_counted(capsys):
-    counts = verdict_counts(CATALOGUE)
-    with capsys.disabled():
-        print(f"\nnotebook 03: catalogue of {len(CATALOGUE)} wrong answers: {counts}")
-    assert counts["accepted"] == 0
-    assert counts["named"] >= 0.8 * len(CATALOGUE)
+test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_counted = catalogue_tests(
+    CATALOGUE, "notebook 03"
+)
