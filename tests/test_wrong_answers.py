@@ -18,7 +18,7 @@ import torch
 from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_cache_bytes, check_online_attention
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
 from mhsa_helpers.lessons.causal_mhsa_with_rope import check_attend_with_cache
-from mhsa_helpers.lessons.multi_head_attention import check_merge_heads, check_multi_head_attention, check_split_heads
+from mhsa_helpers.lessons.multi_head_attention import check_multi_head_attention, check_split_heads
 from mhsa_helpers.lessons.rotary_position_embeddings import (
     check_apply_rope,
     check_rope_attention,
@@ -163,17 +163,6 @@ CATALOGUE = [
         "torch.split instead of chunk",
         lambda x, h: torch.stack(torch.split(x, h, dim=-1), dim=-3),
         named="torch.split(x, num_heads): pieces of num_heads features",
-    ),
-    Wrong(
-        check_merge_heads,
-        "reshape without transposing back",
-        lambda x: x.reshape(*x.shape[:-3], x.shape[-2], x.shape[-3] * x.shape[-1]),
-    ),
-    Wrong(
-        check_merge_heads,
-        "hard-coded transpose(1, 2)",
-        lambda x: x.transpose(1, 2).flatten(-2),
-        named="hard-coded transpose(1, 2)",
     ),
     Wrong(
         check_multi_head_attention,

@@ -140,7 +140,6 @@ LESSONS: tuple[Lesson, ...] = (
         "heads_explorer",
         checkers=(
             multi_head_attention.check_split_heads,
-            multi_head_attention.check_merge_heads,
             multi_head_attention.check_parameter_prediction,
             multi_head_attention.check_multi_head_attention,
             multi_head_attention.check_my_multi_head_attention,

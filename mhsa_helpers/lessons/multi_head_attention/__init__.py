@@ -3,7 +3,6 @@ its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import split_merge_diagram
 from .exercises import (
-    check_merge_heads,
     check_multi_head_attention,
     check_my_multi_head_attention,
     check_parameter_prediction,
@@ -16,7 +15,6 @@ __all__ = [
     "HEADS_SENTENCE",
     "INPUT_SCALE",
     "MODEL_SEED",
-    "check_merge_heads",
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",

@@ -24,7 +24,6 @@ from .learner import ModuleSetting, check_module, check_prediction
 
 __all__ = [
     "MHA_MODULE_MISTAKES",
-    "check_merge_heads",
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",
@@ -123,68 +122,6 @@ def merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
     ``(..., seq, heads * d_head)`` without transposing back (also used by notebook 06's checker)."""
     *batch, heads, seq, d_head = x.shape
     return x.reshape(*batch, seq, heads * d_head)
-
-
-def _merge_average(x: torch.Tensor) -> torch.Tensor:
-    return x.mean(dim=-3)
-
-
-def _merge_head_major(x: torch.Tensor) -> torch.Tensor:
-    # Concatenates along the sequence axis instead of the features.
-    *batch, heads, seq, d_head = x.shape
-    return x.reshape(*batch, heads * seq, d_head)
-
-
-MERGE_HEADS_MISCONCEPTIONS = (
-    Misconception(
-        "reshape without transposing back",
-        merge_reshape_without_transpose,
-        "Your (..., heads, seq, d_head) was reshaped straight to (..., seq, heads*d_head), which puts "
-        "features of different positions on one row. "
-        "Undo the split in reverse order: "
-        ".transpose(-3, -2) back to (..., seq, heads, d_head), then flatten the last two axes.",
-    ),
-    Misconception(
-        "averaged the heads",
-        _merge_average,
-        "Merging concatenates the heads side by side, feature axis after feature axis, giving "
-        "(..., seq, heads * d_head); averaging throws away what each head found separately.",
-    ),
-    Misconception(
-        "concatenated along the sequence axis",
-        _merge_head_major,
-        "The heads go side by side along the features, not one under the other: the result has one "
-        "row per position, (..., seq, heads * d_head).",
-    ),
-    Misconception(
-        "hard-coded transpose(1, 2)",
-        lambda x: x.transpose(1, 2).flatten(-2),
-        "Your transpose(1, 2) swaps heads and seq only for a 4-D (batch, heads, seq, d_head) input; with no "
-        "batch axis it swaps seq and d_head. Count from the end: .transpose(-3, -2).",
-    ),
-)
-
-
-def _merge_cases() -> list[Case]:
-    g = torch.Generator().manual_seed(40)
-    return [
-        Case((torch.randn(2, 2, 3, 4, generator=g),), description="heads (batch=2, heads=2, seq=3, d_head=4)"),
-        Case((torch.randn(3, 5, 2, generator=g),), description="heads (heads=3, seq=5, d_head=2)"),
-        Case((torch.randn(1, 4, 4, 3, generator=g),), description="heads (batch=1, heads=4, seq=4, d_head=3)"),
-    ]
-
-
-def check_merge_heads(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(x (..., heads, seq, d_head)) -> (..., seq, heads * d_head)``."""
-    return check_function(
-        "merge_heads",
-        learner,
-        merge_heads,
-        _merge_cases(),
-        MERGE_HEADS_MISCONCEPTIONS,
-        shortcuts=("merge_heads",),
-        verbose=verbose,
-    )
 
 
 # --------------------------------------------------- the whole multi-head block

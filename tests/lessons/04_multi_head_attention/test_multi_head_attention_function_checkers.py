@@ -1,4 +1,4 @@
-"""The function checkers of notebook 04 (split_heads, merge_heads, multi_head_attention) name the mistakes
+"""The function checkers of notebook 04 (split_heads, multi_head_attention) name the mistakes
 they are built to catch (the module and prediction checkers: ``test_multi_head_attention_module.py``).
 
 For each checker: an independent correct solution (written here from torch primitives,
@@ -67,7 +67,6 @@ def mha_split_view_merge_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads
 
 CHECKERS = {
     "split_heads": (heads.check_split_heads, split_ok, heads.SPLIT_HEADS_MISCONCEPTIONS),
-    "merge_heads": (heads.check_merge_heads, merge_ok, heads.MERGE_HEADS_MISCONCEPTIONS),
     "multi_head_attention": (heads.check_multi_head_attention, mha_ok, heads.MHA_MISCONCEPTIONS),
 }
 
