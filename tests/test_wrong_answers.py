@@ -22,7 +22,6 @@ from mhsa_helpers.lessons.multi_head_attention import check_multi_head_attention
 from mhsa_helpers.lessons.rotary_position_embeddings import (
     check_apply_rope,
     check_rope_attention,
-    check_rope_frequencies,
 )
 from mhsa_helpers.lessons.scaled_dot_product_attention import check_softmax
 
@@ -43,10 +42,10 @@ def sdpa_weights(q, k, scale=None):
     return torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
 
 
-def rotate(x, positions, base, *, pairs="interleaved", integer_exponent=False):
+def rotate(x, positions, base, *, pairs="interleaved", integer_exponent=False, exponent_step=2):
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=torch.float64)
-    exponent = (2 * i // d) if integer_exponent else (2 * i / d)
+    exponent = (exponent_step * i // d) if integer_exponent else (exponent_step * i / d)
     theta = base**-exponent
     angles = positions.to(torch.float64)[:, None] * theta
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -188,14 +187,10 @@ CATALOGUE = [
     ),
     # ----------------------------------------------------------- 05 RoPE
     Wrong(
-        check_rope_frequencies,
-        "integer // in the exponent",
-        lambda d, base: base ** -(2 * torch.arange(d // 2, dtype=torch.float64) // d),
-    ),
-    Wrong(
-        check_rope_frequencies,
+        check_apply_rope,
         "exponent i/d instead of 2i/d",
-        lambda d, base: base ** -(torch.arange(d // 2, dtype=torch.float64) / d),
+        lambda x, p, base: rotate(x, p, base, exponent_step=1),
+        named="frequencies with exponent -i/d",
     ),
     Wrong(
         check_apply_rope,

@@ -156,7 +156,6 @@ LESSONS: tuple[Lesson, ...] = (
         rotary_position_embeddings,
         "rope_explorer",
         checkers=(
-            rotary_position_embeddings.check_rope_frequencies,
             rotary_position_embeddings.check_score_prediction,
             rotary_position_embeddings.check_rope_attention,
             rotary_position_embeddings.check_apply_rope,

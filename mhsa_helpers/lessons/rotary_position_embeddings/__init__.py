@@ -2,14 +2,13 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import rotating_pairs_diagram
-from .exercises import check_apply_rope, check_rope_attention, check_rope_frequencies, check_score_prediction
+from .exercises import check_apply_rope, check_rope_attention, check_score_prediction
 from .explorer import rope_explorer
 from .figures import rope_frequencies_plot, rope_rotation_arrows, rope_score_vs_distance, rope_scores, rotate_pair
 
 __all__ = [
     "check_apply_rope",
     "check_rope_attention",
-    "check_rope_frequencies",
     "check_score_prediction",
     "rope_explorer",
     "rope_frequencies_plot",

@@ -13,31 +13,23 @@ from dataclasses import replace
 
 import torch
 
-from ... import RotaryEmbedding, apply_rotary, rope_frequencies, scaled_dot_product_attention
+from ... import RotaryEmbedding, apply_rotary, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
 from ..multi_head_attention.learner import check_prediction
 
 __all__ = [
     "check_apply_rope",
     "check_rope_attention",
-    "check_rope_frequencies",
     "check_score_prediction",
 ]
 
 
-# -------------------------------------------------------------- frequencies
-
-
-def _freq_reference(d_head: int, base: float) -> torch.Tensor:
-    return rope_frequencies(d_head, base)
+# ------------------------------------------------------------ applying RoPE
+# The learner computes theta_i = base^(-2i/d_head) inside my_apply_rope; these are the usual ways it goes wrong.
 
 
 def _freq_i_over_d(d_head: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(d_head // 2, dtype=torch.float64) / d_head)
-
-
-def _freq_per_dimension(d_head: int, base: float) -> torch.Tensor:
-    return base ** (-torch.arange(d_head, dtype=torch.float64) / d_head)
 
 
 def _freq_positive_exponent(d_head: int, base: float) -> torch.Tensor:
@@ -46,64 +38,6 @@ def _freq_positive_exponent(d_head: int, base: float) -> torch.Tensor:
 
 def _freq_from_one(d_head: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(2, d_head + 1, 2, dtype=torch.float64) / d_head)
-
-
-def _freq_integer_division(d_head: int, base: float) -> torch.Tensor:
-    return base ** -(2 * torch.arange(d_head // 2, dtype=torch.float64) // d_head)
-
-
-FREQUENCY_MISCONCEPTIONS = (
-    Misconception(
-        "integer division // in the exponent",
-        _freq_integer_division,
-        "Your exponent is 2i // d_head, which is 0 for every pair: all frequencies come out 1. The exponent "
-        "is the fraction 2i / d_head (true division).",
-    ),
-    Misconception(
-        "exponent -i/d instead of -2i/d",
-        _freq_i_over_d,
-        "The exponent is -2i/d_head for pair i = 0 .. d_head/2 - 1, i.e. -(0, 2, 4, ...)/d_head: "
-        "torch.arange(0, d_head, 2) / d_head. With -i/d the slowest pair turns far too fast.",
-    ),
-    Misconception(
-        "one frequency per dimension, not per pair",
-        _freq_per_dimension,
-        "RoPE rotates *pairs* of features, so there are d_head/2 angles, one per pair: "
-        "use torch.arange(0, d_head, 2), not torch.arange(d_head).",
-    ),
-    Misconception(
-        "positive exponent",
-        _freq_positive_exponent,
-        "theta_i = base ** (-2i/d_head): the minus sign makes the frequencies *fall* from 1 (pair 0, "
-        "one radian per position) to nearly 0 (the last pair).",
-    ),
-    Misconception(
-        "pairs counted from 1",
-        _freq_from_one,
-        "Count pairs from i = 0, so the first frequency is base**0 = 1: torch.arange(0, d_head, 2).",
-    ),
-)
-
-
-def check_rope_frequencies(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(d_head, base) -> theta (d_head // 2,)`` with ``theta_i = base^(-2i/d_head)``."""
-    cases = [
-        Case((8, 10000.0), description="d_head=8, base=10000"),
-        Case((6, 100.0), description="d_head=6, base=100"),
-        Case((16, 500.0), description="d_head=16, base=500"),
-    ]
-    return check_function(
-        "rope_frequencies",
-        learner,
-        _freq_reference,
-        cases,
-        FREQUENCY_MISCONCEPTIONS,
-        shortcuts=("rope_frequencies",),
-        verbose=verbose,
-    )
-
-
-# ------------------------------------------------------------ applying RoPE
 
 
 def _rope(d_head: int, positions: torch.Tensor, base: float, convention: str = "interleaved") -> RotaryEmbedding:
@@ -133,9 +67,12 @@ def _apply_one_frequency(x, positions, base):
     return apply_rotary(x, angles.cos().float(), angles.sin().float())
 
 
-def _apply_i_over_d(x, positions, base):
-    angles = positions.double()[:, None] * _freq_i_over_d(x.shape[-1], base)
-    return apply_rotary(x, angles.cos().float(), angles.sin().float())
+def _apply_with_frequencies(frequencies: Callable[[int, float], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def apply(x, positions, base):
+        angles = positions.double()[:, None] * frequencies(x.shape[-1], base)
+        return apply_rotary(x, angles.cos().float(), angles.sin().float())
+
+    return apply
 
 
 def _apply_shifted(x, positions, base):
@@ -190,8 +127,20 @@ APPLY_MISCONCEPTIONS = (
     ),
     Misconception(
         "frequencies with exponent -i/d",
-        _apply_i_over_d,
-        "theta_i = base**(-2i/d_head) for pair i (note the 2): torch.arange(0, d_head, 2) / d_head.",
+        _apply_with_frequencies(_freq_i_over_d),
+        "theta_i = base**(-2i/d_head) for pair i (note the 2): torch.arange(0, d_head, 2) / d_head. "
+        "With -i/d the slowest pair turns far too fast.",
+    ),
+    Misconception(
+        "frequencies with a positive exponent",
+        _apply_with_frequencies(_freq_positive_exponent),
+        "theta_i = base ** (-2i/d_head): the minus sign makes the frequencies *fall* from 1 (pair 0, "
+        "one radian per position) to nearly 0 (the last pair).",
+    ),
+    Misconception(
+        "frequencies counted from pair 1",
+        _apply_with_frequencies(_freq_from_one),
+        "Count pairs from i = 0, so the first frequency is base**0 = 1: torch.arange(0, d_head, 2).",
     ),
 )
 

@@ -1,4 +1,4 @@
-"""The function checkers of notebook 05 (rope_frequencies, apply_rope, rope_attention) name the mistakes
+"""The function checkers of notebook 05 (apply_rope, rope_attention) name the mistakes
 they are built to catch (the module and prediction checkers: ``test_rotary_position_embeddings_module.py``).
 
 For each checker: an independent correct solution (written here from torch primitives,
@@ -26,10 +26,6 @@ def attention_ok(q, k, v, mask=None):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
-
-
-def frequencies_ok(d_head, base):
-    return torch.tensor([base ** (-2 * i / d_head) for i in range(d_head // 2)])
 
 
 def rotate_ok(x, positions, base=10000.0, pairs="interleaved"):
@@ -64,7 +60,6 @@ def rope_attention_half_split(q, k, v, positions, base):
 
 
 CHECKERS = {
-    "rope_frequencies": (rope.check_rope_frequencies, frequencies_ok, rope.FREQUENCY_MISCONCEPTIONS),
     "apply_rope": (rope.check_apply_rope, rotate_ok, rope.APPLY_MISCONCEPTIONS),
     "rope_attention": (rope.check_rope_attention, rope_attention_ok, rope.ROPE_ATTENTION_MISCONCEPTIONS),
 }
