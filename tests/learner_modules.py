@@ -80,3 +80,11 @@ def variant_module(decoder, **switches):
             return (out, weights) if need_weights else out
 
     return Variant
+
+
+def attention_ok(q, k, v, mask=None):
+    """Scaled dot-product attention as a learner writes it, with an optional boolean mask (True = may attend)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v

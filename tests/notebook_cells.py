@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -29,3 +30,26 @@ def defined_in_notebook(path: Path, name: str):
     namespace: dict = {"torch": torch, "math": math}
     exec(compile(code, path.stem, "exec"), namespace)
     return namespace[name]
+
+
+def exercise_structure_problems(path: Path) -> list[str]:
+    """What notebook ``path`` lacks of the exercise shape of notebooks 01-03: one prediction, one debugging
+    exercise whose checker (run when the notebook was executed) names the handed-out bug, and a last
+    exercise with three nested hints."""
+    notebook = cells(path)
+    code = [c for c in notebook if c["cell_type"] == "code"]
+    problems = []
+    predictions = [c for c in code if "def my_prediction():" in source(c) and "raise NotImplementedError" in source(c)]
+    if len(predictions) != 1:
+        problems.append(f"{len(predictions)} prediction cells")
+    debugging = [c for c in code if "result = check_" in source(c) and "NotImplementedError" not in source(c)]
+    if len(debugging) != 1 or "not yet: this looks like" not in printed(debugging[0]):
+        problems.append("no single debugging exercise whose checker names the bug")
+    markdown = [source(c) for c in notebook if c["cell_type"] == "markdown"]
+    last_exercise = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
+    summaries = re.findall(r"<summary>Hint (\d) · ([^<]+)</summary>", last_exercise)
+    if [n for n, _ in summaries] != ["1", "2", "3"] or not (
+        last_exercise.count("<details>") == last_exercise.count("</details>") == 3
+    ):
+        problems.append("the last exercise does not have hints 1-3 in three nested <details>")
+    return problems

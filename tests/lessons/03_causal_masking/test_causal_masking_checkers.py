@@ -6,12 +6,11 @@ a debugging exercise, a last exercise that builds on notebook 02's, with hints t
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import torch
-from notebook_cells import cells, defined_in_notebook, printed, source
+from notebook_cells import cells, defined_in_notebook, exercise_structure_problems, source
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.causal_masking import (
@@ -72,18 +71,7 @@ def test_the_first_cached_query_sees_six_keys_counted_from_positions():
 
 @pytest.mark.parametrize("number", sorted(NOTEBOOKS))
 def test_each_notebook_has_a_prediction_a_debugging_exercise_and_a_last_exercise_with_three_hints(number):
-    notebook = cells(NOTEBOOKS[number])
-    code = [c for c in notebook if c["cell_type"] == "code"]
-    predictions = [c for c in code if "def my_prediction():" in source(c) and "raise NotImplementedError" in source(c)]
-    assert len(predictions) == 1
-    # a debugging exercise hands out code that runs, and its checker (run when the notebook was executed) names it
-    debugging = [c for c in code if "result = check_" in source(c) and "NotImplementedError" not in source(c)]
-    assert len(debugging) == 1 and "not yet: this looks like" in printed(debugging[0])
-    markdown = [source(c) for c in notebook if c["cell_type"] == "markdown"]
-    last_exercise = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
-    summaries = re.findall(r"<summary>Hint (\d) · ([^<]+)</summary>", last_exercise)
-    assert [n for n, _ in summaries] == ["1", "2", "3"]
-    assert last_exercise.count("<details>") == last_exercise.count("</details>") == 3
+    assert exercise_structure_problems(NOTEBOOKS[number]) == []
 
 
 @pytest.mark.parametrize("number, earlier", [(3, "my_scaled_dot_product_attention")])
