@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -109,7 +110,7 @@ def server(site: Path):
 
 class _Server(http.server.ThreadingHTTPServer):
     # Requests the browser makes on its own (a favicon) reach no page event: the server sees them.
-    missing: list[str] = []
+    missing: ClassVar[list[str]] = []
 
     def handle_error(self, request, client_address) -> None:
         # The browser closing a page mid-download is not an error of the site.
