@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(differences.values())
     print(
         f"Cross-check at n = {check_n}, batch = 2: all {len(differences)} implementations match the hand-wired "
-        f"output (assert_close atol=1e-5, rtol=1e-4; largest |difference| = {worst:.2e})"
+        f"output (assert_close atol=1e-4, rtol=1e-4; largest |difference| = {worst:.2e})"
         + (
             "; both weight-returning paths give the same per-head weights."
             if {"package_weights", "torch_mha_weights"} <= set(args.impls)

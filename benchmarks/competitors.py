@@ -211,7 +211,10 @@ def cross_check(
     batch: int = 2,
     *,
     seed: int = 1,
-    atol: float = 1e-5,
+    # Float32 at d_model 512: the competitors' kernels sum in different orders. The usual gap is
+    # ~2e-7, and once (one run among many, on a loaded machine) one row differed by 3e-5; a wiring
+    # mistake differs by 1e-2 or more. So 1e-4 still catches every mistake without failing on that.
+    atol: float = 1e-4,
     rtol: float = 1e-4,
 ) -> dict[str, float]:
     """Assert that every competitor gives the output of ``"hand_wired_sdpa"`` (or, if that
