@@ -84,21 +84,22 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/ $(ALLOW_ROOT) $(LAB_ARGS)
 
-# Two runs. First everything but the browser tests, spread over TEST_WORKERS processes (pytest-xdist;
-# --dist loadfile keeps each notebook's cells, and each test file, on one worker), PyTorch using one
-# thread in each, since a pool per worker on a few cores makes every tiny op wait for the others. Then
-# the browser tests alone, so that the keypress-to-picture latencies they print are measured on a quiet
-# machine. Both always run; either failing fails the target (pytest's 5, "no test selected", is not a
-# failure: PYTEST_ARGS="-k ..." may select none of one run).
+# Two runs. First every test but those marked `latency`, spread over TEST_WORKERS processes
+# (pytest-xdist; --dist loadfile keeps each notebook's cells, and each test file, on one worker),
+# PyTorch using one thread in each, since a pool per worker on a few cores makes every tiny op wait
+# for the others. Then the `latency` tests (every explorer in JupyterLab) alone, so that the
+# keypress-to-picture times they print are measured on a quiet machine. Both always run; either
+# failing fails the target (pytest's 5, "no test selected", is not a failure: PYTEST_ARGS="-k ..."
+# may select none of one run).
 TEST_WORKERS ?= auto
 PYTEST_RUN := $(VENV_PY) -m pytest -p no:cacheprovider
 test: setup
 	@status=0; \
-	echo "+ pytest: every test but the browser's, on $(TEST_WORKERS) workers"; \
-	env $(KERNEL_ENV) OMP_NUM_THREADS=1 $(PYTEST_RUN) tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -m "not browser" \
+	echo "+ pytest: every test but the latency tests, on $(TEST_WORKERS) workers"; \
+	env $(KERNEL_ENV) OMP_NUM_THREADS=1 $(PYTEST_RUN) tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -m "not latency" \
 		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || [ $$? -eq 5 ] || status=1; \
-	echo "+ pytest: the browser tests"; \
-	env $(KERNEL_ENV) $(PYTEST_RUN) tests/browser -m browser $(PYTEST_ARGS) || [ $$? -eq 5 ] || status=1; \
+	echo "+ pytest: the latency tests, alone"; \
+	env $(KERNEL_ENV) $(PYTEST_RUN) tests/browser -m latency $(PYTEST_ARGS) || [ $$? -eq 5 ] || status=1; \
 	exit $$status
 
 # Both run, so one report lists every lint and format error; either fails the target.

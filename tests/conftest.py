@@ -48,7 +48,8 @@ def close_figures():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the browser tests last. Their session-wide Playwright keeps its event loop current in this
-    process between calls, so an explorer tested after them would find a "running" loop that never runs
-    its callbacks and wait for ever to sharpen its picture."""
+    """Run the browser tests last. While a module's Playwright runs, its event loop stays current in
+    this process between calls, so an explorer tested then would find a "running" loop that never runs
+    its callbacks and wait for ever to sharpen its picture (the browser fixture stops Playwright at the
+    end of each module, so that no later file is affected either)."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

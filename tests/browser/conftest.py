@@ -26,9 +26,12 @@ def chromium_path() -> str:
     return decision.path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path):
-    """One headless Chromium (Playwright) for every browser test of the session."""
+    """A headless Chromium (Playwright) for the browser tests of one module. Not one per session:
+    Playwright's sync API keeps its event loop current in this process until it stops, and an
+    explorer tested later in the same process (another file on the same pytest-xdist worker) would
+    find that "running" loop, which never runs its callbacks, and wait for ever to sharpen its picture."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -49,7 +49,7 @@ LATENCY_MOVES = 8
 #: How long an explorer's picture must stay put before the next action.
 SETTLE_MS = 150
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.latency]
 
 
 def bare_slider_notebook() -> nbformat.NotebookNode:
