@@ -52,7 +52,8 @@ def expect_tensor(name: str, value: object, *, min_ndim: int = 0, shape: str = "
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if value.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions {shape}, got shape {tuple(value.shape)}")
+        described = f"{min_ndim} dimensions {shape}" if shape else f"{min_ndim} dimensions"
+        raise ValueError(f"{name} must have at least {described}, got shape {tuple(value.shape)}")
     return value
 
 
