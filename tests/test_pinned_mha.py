@@ -207,3 +207,35 @@ def test_per_sequence_positions_rotate_each_sequence_by_its_own():
     together = module(x, token_positions=positions)
     for b in range(2):
         torch.testing.assert_close(together[b : b + 1], module(x[b : b + 1], token_positions=positions[b]))
+
+
+def test_functional_num_heads_messages():
+    with raises(ValueError, "num_heads must be >= 1, got 0"):
+        _functional(num_heads=0)
+    with raises(TypeError, "num_heads must be an int, got float 2.0 (expected >= 1)"):
+        _functional(num_heads=2.0)
+    with raises(
+        ValueError,
+        "num_heads must divide d_model: expected d_model % num_heads == 0, got d_model=8, num_heads=3",
+    ):
+        _functional(num_heads=3)
+
+
+def _module_and_weights(**options):
+    torch.manual_seed(0)
+    module = MultiHeadSelfAttention(8, 2, qkv_bias=False, out_bias=False, **options)
+    weights = [w.detach() for w in (module.q_weight, module.k_weight, module.v_weight, module.o_weight)]
+    return module, weights
+
+
+def test_functional_uses_its_mask_and_rope_convention_like_the_module():
+    x = torch.randn(2, 4, 8)
+    mask = torch.tensor([True, False, True, True])
+    module, weights = _module_and_weights()
+    masked = multi_head_self_attention(x, *weights, num_heads=2, mask=mask)
+    torch.testing.assert_close(masked, module(x, mask=mask))
+    assert not torch.allclose(masked, module(x))
+    for convention in ("interleaved", "half_split"):
+        module, weights = _module_and_weights(rope=True, rope_convention=convention)
+        got = multi_head_self_attention(x, *weights, num_heads=2, rope_base=10000.0, rope_convention=convention)
+        torch.testing.assert_close(got, module(x))
