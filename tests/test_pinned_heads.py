@@ -62,3 +62,16 @@ def test_the_smallest_shapes_are_accepted():
     assert split_heads(x, 3).shape == (3, 1, 2)
     assert merge_heads(split_heads(x, 3)).shape == (1, 6)
     assert repeat_kv(torch.zeros(2, 1, 4), 3).shape == (6, 1, 4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_repeat_kv_repeats_each_head_in_a_row(groups):
+    # Head h holds the value h; the repeated heads read 0, 0, 1, 1 (groups = 2), never 0, 1, 0, 1.
+    x = torch.arange(2.0).reshape(2, 1, 1).expand(2, 3, 2)  # (kv_heads, seq, d_head), 3-D: the heads are dim -3
+    out = repeat_kv(x, groups)
+    assert out.shape == (2 * groups, 3, 2)
+    assert torch.equal(
+        out, torch.tensor([h // groups for h in range(2 * groups)], dtype=x.dtype)[:, None, None].expand(-1, 3, 2)
+    )
+    batched = repeat_kv(x[None], groups)
+    assert torch.equal(batched, out[None])
