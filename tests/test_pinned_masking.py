@@ -6,10 +6,12 @@ j <= p and (p - window < j or j < sinks), as a plain loop.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from mhsa_helpers.masking import sliding_window_mask
+from mhsa_helpers.masking import combine_masks, padding_mask, sliding_window_mask
 
 
 def _loop(seq_q, seq_k, window, sinks):
@@ -62,3 +64,44 @@ def test_renormalize_treats_each_row_on_its_own():
     e = torch.exp(torch.tensor(-1.0))
     expected_row = torch.stack([e / (1 + e), 1 / (1 + e), torch.tensor(0.0)])  # softmax of (0, 1), then 0
     torch.testing.assert_close(weights, torch.stack([expected_row, expected_row]))
+
+
+# padding_mask and combine_masks: their argument messages, compared whole -------------------------
+
+
+def _raises(kind, message):
+    return pytest.raises(kind, match=f"^{re.escape(message)}$")
+
+
+@pytest.mark.parametrize(
+    ("lengths", "seq_len", "error", "message"),
+    [
+        ([1.0], 3, TypeError, "lengths must be an integer tensor (token counts), got dtype torch.float32"),
+        ([1], 0, ValueError, "seq_len must be >= 1, got 0"),
+        ([1], 3.0, TypeError, "seq_len must be an int, got float 3.0 (expected >= 1)"),
+        ([[1]], 3, ValueError, "lengths must be 1-D, one length per sequence (batch,), got shape (1, 1)"),
+        ([2, 4], 3, ValueError, "lengths must lie in [0, seq_len=3], got values from 2 to 4"),
+        ([-1, 2], 3, ValueError, "lengths must lie in [0, seq_len=3], got values from -1 to 2"),
+    ],
+)
+def test_padding_mask_messages(lengths, seq_len, error, message):
+    with _raises(error, message):
+        padding_mask(torch.tensor(lengths), seq_len)
+
+
+def test_padding_mask_of_meta_lengths_has_no_values_to_check():
+    mask = padding_mask(torch.tensor([1, 2], device="meta"), 3)
+    assert mask.device.type == "meta" and mask.shape == (2, 1, 1, 3)
+
+
+def test_combine_masks_messages():
+    rows = torch.ones(2, 3, dtype=torch.bool)
+    with _raises(TypeError, "masks[1] must be a boolean tensor (True = may attend), got dtype torch.float32"):
+        combine_masks(rows, torch.ones(3))
+    with _raises(TypeError, "masks[1] must be a torch.Tensor, got list"):
+        combine_masks(None, [True])
+    with _raises(
+        ValueError,
+        "masks[1] of shape (4,) cannot be broadcast with the masks before it, of combined shape (2, 3)",
+    ):
+        combine_masks(rows, torch.ones(4, dtype=torch.bool))
