@@ -105,3 +105,34 @@ def test_combine_masks_messages():
         "masks[1] of shape (4,) cannot be broadcast with the masks before it, of combined shape (2, 3)",
     ):
         combine_masks(rows, torch.ones(4, dtype=torch.bool))
+
+
+def test_no_sinks_by_default():
+    assert torch.equal(sliding_window_mask(3, window=1), torch.eye(3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        (
+            {"window": 0},
+            ValueError,
+            "window must be >= 1 (each query sees itself and the window - 1 keys before it), got 0",
+        ),
+        (
+            {"window": 2.0},
+            TypeError,
+            "window must be an int, got float 2.0 (expected >= 1 (each query sees itself and the window - 1 keys "
+            "before it))",
+        ),
+        ({"window": 2, "sinks": -1}, ValueError, "sinks must be >= 0 (the first tokens every query may see), got -1"),
+        (
+            {"window": 2, "sinks": 1.0},
+            TypeError,
+            "sinks must be an int, got float 1.0 (expected >= 0 (the first tokens every query may see))",
+        ),
+    ],
+)
+def test_sliding_window_messages(options, error, message):
+    with _raises(error, message):
+        sliding_window_mask(3, **options)
