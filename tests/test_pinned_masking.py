@@ -11,7 +11,14 @@ import re
 import pytest
 import torch
 
-from mhsa_helpers.masking import combine_masks, padding_mask, sliding_window_mask
+from mhsa_helpers.masking import (
+    causal_mask,
+    combine_masks,
+    masked_softmax_neg_inf,
+    masked_softmax_renormalize,
+    padding_mask,
+    sliding_window_mask,
+)
 
 
 def _loop(seq_q, seq_k, window, sinks):
@@ -136,3 +143,31 @@ def test_no_sinks_by_default():
 def test_sliding_window_messages(options, error, message):
     with _raises(error, message):
         sliding_window_mask(3, **options)
+
+
+def test_lengths_messages():
+    with _raises(ValueError, "seq_q must be >= 1, got 0"):
+        causal_mask(0)
+    with _raises(ValueError, "seq_k must be >= 1, got 0"):
+        causal_mask(2, 0)
+    with _raises(
+        ValueError, "seq_q must be <= seq_k (queries are the last seq_q of seq_k positions), got seq_q=3, seq_k=2"
+    ):
+        causal_mask(3, 2)
+
+
+@pytest.mark.parametrize("method", [masked_softmax_neg_inf, masked_softmax_renormalize])
+def test_scores_and_mask_messages(method):
+    rows = torch.ones(2, dtype=torch.bool)
+    with _raises(
+        TypeError,
+        "scores must have a floating-point dtype (float16, bfloat16, float32 or float64), got dtype torch.int64",
+    ):
+        method(torch.tensor([1, 2]), rows)
+    with _raises(ValueError, "mask must be broadcastable to scores.shape = (2, 3), got shape (4,)"):
+        method(torch.zeros(2, 3), torch.ones(4, dtype=torch.bool))
+    with _raises(
+        ValueError,
+        "mask must be on the device of the tensors it masks (cpu), got device meta; move it with .to('cpu')",
+    ):
+        method(torch.zeros(2, 3), torch.ones(3, dtype=torch.bool, device="meta"))
