@@ -35,6 +35,8 @@ def sdpa_zeroing_fully_masked_rows(
     """
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+    if mask.ndim < 2:  # PyTorch's kernels index the mask's last two axes; a (seq_k,) mask has one
+        mask = mask.reshape(*(1,) * (2 - mask.ndim), *mask.shape)
     has_key = mask.any(dim=-1, keepdim=True)
     output = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, scale=scale)
     return output.masked_fill(~has_key, 0.0)

@@ -4,10 +4,12 @@ and no weights unless asked. The expected output is softmax(q kᵀ / √d) v wri
 from __future__ import annotations
 
 import math
+import re
 
+import pytest
 import torch
 
-from mhsa_helpers.attention import attend
+from mhsa_helpers.attention import attend, attention_scores
 
 
 def test_attend_by_default_is_unmasked_and_returns_no_weights():
@@ -26,3 +28,107 @@ def test_half_precision_weights_use_the_scale_given():
     _, weights = attend(q.half(), k.half(), v.half(), scale=0.1, need_weights=True)
     expected = torch.softmax(q.half().float() @ k.half().float().transpose(-2, -1) * 0.1, dim=-1)
     torch.testing.assert_close(weights.float(), expected, atol=2e-3, rtol=0)
+
+
+# The argument messages of attention_scores / attend, compared whole (a learner reads them) -------
+
+Z = torch.zeros
+
+
+def _scores(q, k):
+    return attention_scores(q, k)
+
+
+def _attend(q, k, v, **options):
+    return attend(q, k, v, **options)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: _scores([1.0], Z(2, 3)), TypeError, "q must be a torch.Tensor, got list"),
+        (
+            lambda: _scores(Z(3), Z(2, 3)),
+            ValueError,
+            "q must have at least 2 dimensions (..., seq_q, d_k), got shape (3,)",
+        ),
+        (lambda: _scores(Z(2, 3), [1.0]), TypeError, "k must be a torch.Tensor, got list"),
+        (
+            lambda: _scores(Z(2, 3), Z(3)),
+            ValueError,
+            "k must have at least 2 dimensions (..., seq_k, d_k), got shape (3,)",
+        ),
+        (
+            lambda: _scores(Z(2, 3, dtype=torch.long), Z(2, 3)),
+            TypeError,
+            "q must have a floating-point dtype (float16, bfloat16, float32 or float64), got dtype torch.int64",
+        ),
+        (
+            lambda: _scores(Z(2, 3), Z(2, 3, dtype=torch.long)),
+            TypeError,
+            "k must have a floating-point dtype (float16, bfloat16, float32 or float64), got dtype torch.int64",
+        ),
+        (
+            lambda: _scores(Z(2, 3), Z(2, 3, dtype=torch.float64)),
+            TypeError,
+            "k must have the same dtype as q (torch.float32), got torch.float64",
+        ),
+        (
+            lambda: _scores(Z(2, 3), Z(2, 4)),
+            ValueError,
+            "k must have the same last dimension d_k as q: expected k.shape[-1] == 3, "
+            "got q shape (2, 3) and k shape (2, 4)",
+        ),
+        (
+            lambda: _scores(Z(2, 2, 3), Z(3, 2, 3)),
+            ValueError,
+            "q and k must have broadcastable batch dimensions, got q shape (2, 2, 3), k shape (3, 2, 3)",
+        ),
+        (
+            lambda: _attend(Z(2, 2, 3), Z(2, 2, 3), Z(3, 2, 3)),
+            ValueError,
+            "q, k and v must have broadcastable batch dimensions, got q shape (2, 2, 3), k shape (2, 2, 3), "
+            "v shape (3, 2, 3)",
+        ),
+        (lambda: _attend(Z(2, 3), Z(2, 3), [1.0]), TypeError, "v must be a torch.Tensor, got list"),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(3)),
+            ValueError,
+            "v must have at least 2 dimensions (..., seq_k, d_v), got shape (3,)",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3, dtype=torch.float64)),
+            TypeError,
+            "v must have the same dtype as q (torch.float32), got torch.float64",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(3, 3)),
+            ValueError,
+            "v must have one row per key: expected v.shape[-2] == seq_k == 2, got k shape (2, 3) and v shape (3, 3)",
+        ),
+        (
+            lambda: _attend(Z(0, 3), Z(2, 3), Z(2, 3)),
+            ValueError,
+            "q and k must hold at least one position (seq >= 1), got q shape (0, 3) and k shape (2, 3)",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), dropout_p=1.0),
+            ValueError,
+            "dropout_p must be in [0, 1), got dropout_p=1.0",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), bias=Z(3, 3)),
+            ValueError,
+            "bias must be broadcastable to (..., seq_q, seq_k) = (2, 2), got shape (3, 3)",
+        ),
+        (lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), bias=[1.0]), TypeError, "bias must be a torch.Tensor, got list"),
+        (
+            lambda: _attend(Z(3, 3), Z(2, 3), Z(2, 3), is_causal=True),
+            ValueError,
+            "is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q=3, seq_k=2",
+        ),
+    ],
+)
+def test_argument_messages(call, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call()

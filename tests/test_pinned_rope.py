@@ -166,3 +166,37 @@ def test_apply_rotary_x_messages():
         apply_rotary([0.0] * 4, cos, sin)
     with raises(ValueError, "x must have at least 2 dimensions (..., seq, d_head), got shape (4,)"):
         apply_rotary(torch.zeros(4), cos, sin)
+
+
+def test_rope_frequencies_are_made_on_the_device_asked_for():
+    assert rope_frequencies(4, device=META).device == META
+    assert rope_frequencies(4).device.type == "cpu"
+
+
+def test_no_positions_give_no_angles():
+    cos, sin = RotaryEmbedding(4, max_seq_len=8).angles_for(torch.zeros(0, dtype=torch.int64))
+    assert cos.shape == sin.shape == (0, 2)
+
+
+def test_apply_rotary_cos_sin_and_convention_messages():
+    x, angles = torch.zeros(3, 4), torch.zeros(3, 2)
+    with raises(TypeError, "cos must be a torch.Tensor, got list"):
+        apply_rotary(x, [[0.0, 0.0]] * 3, angles)
+    with raises(TypeError, "sin must be a torch.Tensor, got list"):
+        apply_rotary(x, angles, [[0.0, 0.0]] * 3)
+    with raises(ValueError, "convention must be one of 'interleaved', 'half_split', got 'neox'"):
+        apply_rotary(x, angles, angles, "neox")
+
+
+def test_scaled_rope_frequencies_default_base_is_10000():
+    theta, factor = scaled_rope_frequencies(8)
+    expected = torch.tensor([10000.0 ** (-2 * i / 8) for i in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(theta, expected, rtol=0, atol=0)
+    assert factor == 1.0
+
+
+def test_rotary_embedding_caches_2048_positions_by_default_and_saves_no_cache():
+    rope = RotaryEmbedding(4)
+    assert rope.max_seq_len == 2048 and rope.cos_cached.shape == rope.sin_cached.shape == (2048, 2)
+    # The cache is a function of the settings: not in the state dict (checkpoints stay small).
+    assert list(rope.state_dict()) == []
