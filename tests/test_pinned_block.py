@@ -8,6 +8,8 @@ be ignored. The reference is the docstring's recipe, x + attention(LN_1(x)) then
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -125,3 +127,22 @@ def test_no_dropout_by_default():
     with torch.no_grad():
         first, second = _two_training_calls(block, x)
     assert torch.equal(first, second)
+
+
+def raises(kind: type[Exception], message: str):
+    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
+    return pytest.raises(kind, match=f"^{re.escape(message)}$")
+
+
+def test_bad_settings_are_named_in_the_message():
+    with raises(ValueError, "d_model must be >= 1, got 0"):
+        mh.TransformerBlock(0, 2)
+    with raises(ValueError, "d_ff must be >= 1, got 0"):
+        mh.TransformerBlock(16, 2, d_ff=0)
+    with raises(TypeError, "d_ff must be an int, got float 32.0 (expected >= 1)"):
+        mh.TransformerBlock(16, 2, d_ff=32.0)
+    with raises(ValueError, "dropout must be in [0, 1), got dropout=1.0"):
+        mh.TransformerBlock(16, 2, dropout=1.0)
+    with raises(TypeError, "dropout must be a number in [0, 1), got str '0.1'"):
+        mh.TransformerBlock(16, 2, dropout="0.1")
+    assert mh.TransformerBlock(16, 2, d_ff=1, dropout=0.0).mlp[0].out_features == 1  # the smallest accepted

@@ -5,10 +5,13 @@ integers: 2 (K and V) × layers × kv_heads × head_dim × tokens × batch × by
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mhsa_helpers.kv_cache_memory import (
     ModelConfig,
+    bytes_per_element,
     format_bytes,
     kv_cache_bytes,
     kv_cache_bytes_for,
@@ -74,3 +77,73 @@ def test_a_model_with_as_many_kv_heads_as_heads_is_mha():
     assert ModelConfig("toy", num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8).attention == "MHA"
     with pytest.raises(ValueError, match="num_kv_heads must be <= num_heads"):
         ModelConfig("toy", num_layers=2, num_heads=4, num_kv_heads=5, head_dim=8)
+
+
+# ---------------------------------------------------------------- argument checks: the messages
+
+
+def raises(kind: type[Exception], message: str):
+    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
+    return pytest.raises(kind, match=f"^{re.escape(message)}$")
+
+
+@pytest.mark.parametrize("field", ["num_layers", "num_heads", "num_kv_heads", "head_dim"])
+def test_a_model_config_names_the_field_that_is_not_a_positive_int(field):
+    sizes = {"num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 8} | {field: 0}
+    with raises(ValueError, f"{field} must be >= 1, got 0"):
+        ModelConfig("model", **sizes)
+
+
+def test_a_model_config_says_how_kv_heads_must_relate_to_heads():
+    with raises(
+        ValueError,
+        "num_kv_heads must be <= num_heads (several query heads share one key/value head), "
+        "got num_kv_heads=8, num_heads=4",
+    ):
+        ModelConfig("model", 1, 4, 8, 8)
+    with raises(
+        ValueError,
+        "num_kv_heads must divide num_heads: expected num_heads % num_kv_heads == 0, got num_heads=6, num_kv_heads=4",
+    ):
+        ModelConfig("model", 1, 6, 4, 8)
+    assert ModelConfig("model", 1, 4, 4, 8).attention == "MHA"  # as many kv heads as heads is allowed
+
+
+def test_the_calculator_names_its_bad_arguments():
+    with raises(ValueError, "dtype must be one of 'float32', 'float16', 'bfloat16', 'float8', 'int8', got 'float64'"):
+        bytes_per_element("float64")
+    sizes = {"num_layers": 1, "num_kv_heads": 1, "head_dim": 1, "tokens": 1, "batch": 1, "bytes_per_element": 1}
+    for name in sizes:
+        low = 0 if name == "tokens" else 1
+        with raises(ValueError, f"{name} must be >= {low}, got {low - 1}"):
+            kv_cache_bytes(**(sizes | {name: low - 1}))
+    with raises(
+        ValueError,
+        "config must be one of 'GPT-2 small', 'Llama-2-7B', 'Llama-2-70B', 'Llama-3-8B', 'Mistral-7B-v0.1', "
+        "got 'GPT-3'",
+    ):
+        kv_cache_bytes_for("GPT-3", tokens=1)
+
+
+def test_the_variants_name_a_bad_gqa_kv_heads():
+    with raises(ValueError, "gqa_kv_heads must be <= num_heads=12, got 24"):
+        kv_cache_variants("GPT-2 small", tokens=1, gqa_kv_heads=24)
+    with raises(
+        ValueError,
+        "gqa_kv_heads must divide num_heads: expected num_heads % gqa_kv_heads == 0, got num_heads=12, gqa_kv_heads=5",
+    ):
+        kv_cache_variants("GPT-2 small", tokens=1, gqa_kv_heads=5)
+    with raises(ValueError, "gqa_kv_heads must be >= 1, got 0"):
+        kv_cache_variants("GPT-2 small", tokens=1, gqa_kv_heads=0)
+    mha, gqa, mqa = kv_cache_variants("GPT-2 small", tokens=1, gqa_kv_heads=12)  # = num_heads: allowed
+    assert mha.num_kv_heads == gqa.num_kv_heads == 12 and mqa.num_kv_heads == 1
+
+
+def test_format_bytes_names_what_it_was_given():
+    with raises(TypeError, "n must be a number of bytes, got str '1'"):
+        format_bytes("1")
+    with raises(TypeError, "n must be a number of bytes, got bool True"):
+        format_bytes(True)
+    with raises(ValueError, "n must be >= 0 bytes, got -1"):
+        format_bytes(-1)
+    assert format_bytes(0) == "0 bytes"

@@ -3,6 +3,9 @@ showed unpinned — every constructor and call argument changes the result or th
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 
 from mhsa_helpers.block import LlamaBlock, RMSNorm, SwiGLU
@@ -74,3 +77,28 @@ def test_rms_norm_rounds_the_normalised_x_to_xs_dtype_before_the_weight():
     exact = x.double() / x.double().pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
     assert not torch.equal(exact.to(torch.float16).double(), exact)  # so the rounding is visible
     torch.testing.assert_close(out.double(), exact.to(torch.float16).double())
+
+
+def raises(kind: type[Exception], message: str):
+    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
+    return pytest.raises(kind, match=f"^{re.escape(message)}$")
+
+
+def test_bad_sizes_and_eps_are_named_in_the_message():
+    with raises(ValueError, "d_model must be >= 1, got 0"):
+        RMSNorm(0)
+    with raises(ValueError, "eps must be a finite number >= 0, got eps=-1.0"):
+        RMSNorm(4, -1.0)
+    with raises(ValueError, "eps must be a finite number >= 0, got eps=inf"):
+        RMSNorm(4, float("inf"))
+    assert RMSNorm(4, 0.0).eps == 0.0  # no epsilon at all is allowed
+    with raises(ValueError, "d_model must be >= 1, got 0"):
+        SwiGLU(0, 4)
+    with raises(ValueError, "d_ff must be >= 1, got 0"):
+        SwiGLU(4, 0)
+    with raises(TypeError, "d_ff must be an int, got float 8.0 (expected >= 1)"):
+        SwiGLU(4, 8.0)
+    with raises(ValueError, "d_ff must be >= 1, got 0"):
+        LlamaBlock(16, 4, d_ff=0)
+    with raises(ValueError, "eps must be a finite number >= 0, got eps=-1.0"):
+        LlamaBlock(16, 4, d_ff=8, eps=-1.0)

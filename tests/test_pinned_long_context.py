@@ -7,6 +7,7 @@ here in plain Python, never from the functions under test.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -54,3 +55,28 @@ def test_rope_wavelengths_are_tokens_per_full_turn():
 def test_rope_wavelengths_name_theta_when_refusing_it(theta):
     with pytest.raises(TypeError, match=r"^theta must"):
         rope_wavelengths(theta)
+
+
+def raises(kind: type[Exception], message: str):
+    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
+    return pytest.raises(kind, match=f"^{re.escape(message)}$")
+
+
+def test_bad_arguments_are_named_in_the_message():
+    with raises(ValueError, "num_heads must be >= 1, got 0"):
+        alibi_slopes(0)
+    with raises(ValueError, "num_heads must be >= 1, got 0"):
+        alibi_bias(0, 2)
+    with raises(TypeError, "num_heads must be an int, got float 2.0 (expected >= 1)"):
+        alibi_bias(2.0, 2)
+    with raises(
+        ValueError, "seq_q must be <= seq_k (queries are the last seq_q of seq_k positions), got seq_q=3, seq_k=2"
+    ):
+        alibi_bias(2, 3, 2)
+    with raises(
+        TypeError,
+        "theta must have a floating-point dtype (float16, bfloat16, float32 or float64), got dtype torch.int64",
+    ):
+        rope_wavelengths(torch.arange(3))
+    with raises(TypeError, "theta must be a torch.Tensor, got list"):
+        rope_wavelengths([1.0])
