@@ -185,3 +185,25 @@ def test_more_argument_messages(call, error, message):
 def test_a_dropout_just_below_1_is_allowed():
     out, weights = attend(Z(2, 3), Z(2, 3), torch.ones(2, 3), dropout_p=0.999, need_weights=True)
     assert out.shape == (2, 3) and weights.shape == (2, 2)
+
+
+def test_the_bias_is_added_to_the_scaled_scores():
+    from mhsa_helpers.attention import scaled_dot_product_attention
+
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 3, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 2)
+    bias = torch.tensor([[0.0, -1.0, -2.0], [-1.0, 0.0, -1.0], [-2.0, -1.0, 0.0]])
+    weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0 + bias, dim=-1)
+    out, got = scaled_dot_product_attention(q, k, v, bias=bias, need_weights=True)
+    torch.testing.assert_close(got, weights)
+    torch.testing.assert_close(out, weights @ v)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, bias=bias), weights @ v)
+
+
+def test_the_d_k_message_names_the_last_dimension_of_batched_queries():
+    message = (
+        "k must have the same last dimension d_k as q: expected k.shape[-1] == 3, "
+        "got q shape (1, 2, 3) and k shape (1, 2, 4)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        attention_scores(Z(1, 2, 3), Z(1, 2, 4))
