@@ -132,3 +132,78 @@ def _attend(q, k, v, **options):
 def test_argument_messages(call, error, message):
     with pytest.raises(error, match=f"^{re.escape(message)}$"):
         call()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: _attend(Z(3, 2, 3), Z(1, 2, 3), Z(2, 2, 3)),
+            ValueError,
+            "q, k and v must have broadcastable batch dimensions, got q shape (3, 2, 3), k shape (1, 2, 3), "
+            "v shape (2, 2, 3)",
+        ),
+        (
+            lambda: _attend(Z(1, 2, 3), Z(3, 2, 3), Z(2, 2, 3)),
+            ValueError,
+            "q, k and v must have broadcastable batch dimensions, got q shape (1, 2, 3), k shape (3, 2, 3), "
+            "v shape (2, 2, 3)",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), dropout_p=-0.1),
+            ValueError,
+            "dropout_p must be in [0, 1), got dropout_p=-0.1",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), mask=Z(2, 2)),
+            TypeError,
+            "mask must be a boolean tensor where True means 'may attend', got dtype torch.float32; convert a 0/1 "
+            "mask with mask.bool(), or a 'True = blocked' mask with ~mask",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), mask=torch.ones(3, 3, dtype=torch.bool)),
+            ValueError,
+            "mask must be broadcastable to (..., seq_q, seq_k) = (2, 2), got shape (3, 3)",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), mask=torch.ones(2, 2, dtype=torch.bool, device="meta")),
+            ValueError,
+            "mask must be on the device of the tensors it masks (cpu), got device meta; move it with .to('cpu')",
+        ),
+        (
+            lambda: _attend(Z(2, 3), Z(2, 3), Z(2, 3), bias=torch.zeros(2, 2, dtype=torch.long)),
+            TypeError,
+            "bias must have a floating-point dtype (float16, bfloat16, float32 or float64), got dtype torch.int64",
+        ),
+    ],
+)
+def test_more_argument_messages(call, error, message):
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call()
+
+
+def test_a_dropout_just_below_1_is_allowed():
+    out, weights = attend(Z(2, 3), Z(2, 3), torch.ones(2, 3), dropout_p=0.999, need_weights=True)
+    assert out.shape == (2, 3) and weights.shape == (2, 2)
+
+
+def test_the_bias_is_added_to_the_scaled_scores():
+    from mhsa_helpers.attention import scaled_dot_product_attention
+
+    torch.manual_seed(2)
+    q, k, v = torch.randn(1, 3, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 2)
+    bias = torch.tensor([[0.0, -1.0, -2.0], [-1.0, 0.0, -1.0], [-2.0, -1.0, 0.0]])
+    weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0 + bias, dim=-1)
+    out, got = scaled_dot_product_attention(q, k, v, bias=bias, need_weights=True)
+    torch.testing.assert_close(got, weights)
+    torch.testing.assert_close(out, weights @ v)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, bias=bias), weights @ v)
+
+
+def test_the_d_k_message_names_the_last_dimension_of_batched_queries():
+    message = (
+        "k must have the same last dimension d_k as q: expected k.shape[-1] == 3, "
+        "got q shape (1, 2, 3) and k shape (1, 2, 4)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        attention_scores(Z(1, 2, 3), Z(1, 2, 4))
