@@ -245,7 +245,8 @@ def expect_cache(cache: object, x: torch.Tensor, num_heads: int, d_head: int) ->
             f"(or cache.reset()) for another"
         )
     for name, held in (("keys", cache.keys), ("values", cache.values)):
-        if held.ndim != x.ndim + 1 or held.shape[-3] != num_heads or held.shape[-1] != d_head:
+        # No ndim check: the keys matched x's batch shape above, and append keeps the values' beside them.
+        if held.shape[-3] != num_heads or held.shape[-1] != d_head:
             raise ValueError(
                 f"cache must hold {name} of {num_heads} heads of size d_head={d_head}, shaped "
                 f"(..., heads, length, d_head), got cached {name} of shape {tuple(held.shape)}; "
