@@ -271,6 +271,7 @@ def multi_head_self_attention(
             expect_int("max_seq_len", max_seq_len),
             0,
             x.shape[-2] - 1,
+            remedy="pass a larger max_seq_len",
         )
     if mask is not None:
         expect_mask(

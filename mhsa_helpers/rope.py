@@ -76,15 +76,22 @@ def expect_rope_base(base: object) -> float:
     return expect_number("base", base, 1.0, open_low=True, why=" (10000 in most models)")
 
 
-def expect_positions_below(token_positions: torch.Tensor, max_seq_len: int, low: int = 0, high: int = -1) -> None:
+def expect_positions_below(
+    token_positions: torch.Tensor,
+    max_seq_len: int,
+    low: int = 0,
+    high: int = -1,
+    *,
+    remedy: str = "build RotaryEmbedding with a larger max_seq_len",
+) -> None:
     """Positions (those of ``token_positions``, or ``low .. high`` when it is empty) have a cached angle.
-    A ``meta`` tensor has no values to check."""
+    A ``meta`` tensor has no values to check. ``remedy`` ends the message: what the caller can change."""
     if token_positions.numel() and not token_positions.is_meta:
         low, high = int(token_positions.min()), int(token_positions.max())
     if low < 0 or high >= max_seq_len:
         raise ValueError(
             f"token_positions must lie in [0, max_seq_len - 1] = [0, {max_seq_len - 1}], "
-            f"got values from {low} to {high}; build RotaryEmbedding with a larger max_seq_len"
+            f"got values from {low} to {high}; {remedy}"
         )
 
 

@@ -159,7 +159,7 @@ def test_functional_rope_argument_messages():
 def test_functional_positions_must_lie_below_max_seq_len():
     message = (
         "token_positions must lie in [0, max_seq_len - 1] = [0, 1], got values from 0 to 2; "
-        "build RotaryEmbedding with a larger max_seq_len"
+        "pass a larger max_seq_len"  # there is no RotaryEmbedding to rebuild here
     )
     with raises(ValueError, message):  # the default positions 0 .. seq - 1
         _functional(rope_base=1e4, max_seq_len=2)
