@@ -10,6 +10,7 @@
 #   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
+#   make bench-browser    keypress-to-picture time of each explorer in JupyterLab, against a bare slider
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make mutate     mutation testing of the core with mutmut, one worker (MUTANTS="mhsa_helpers.block.*" for some)
@@ -50,7 +51,7 @@ KERNEL_ENV := $(shell grep -E '^[A-Z_]+=' scripts/kernel.env)
 NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.language_info.version"
 
 .DEFAULT_GOAL := help
-.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-scale \
+.PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
 	bench-model mutate \
 	clean distclean FORCE
 
@@ -84,23 +85,13 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/ $(ALLOW_ROOT) $(LAB_ARGS)
 
-# Two runs. First every test but those marked `latency`, spread over TEST_WORKERS processes
-# (pytest-xdist; --dist loadfile keeps each notebook's cells, and each test file, on one worker),
-# PyTorch using one thread in each, since a pool per worker on a few cores makes every tiny op wait
-# for the others. Then the `latency` tests (every explorer in JupyterLab) alone, so that the
-# keypress-to-picture times they print are measured on a quiet machine. Both always run; either
-# failing fails the target (pytest's 5, "no test selected", is not a failure: PYTEST_ARGS="-k ..."
-# may select none of one run).
+# Every test but the `latency` benchmark (make bench-browser), spread over TEST_WORKERS processes
+# (pytest-xdist; --dist loadfile keeps each notebook's cells, and each test file, on one worker), PyTorch
+# using one thread in each, since a pool per worker on a few cores makes every tiny op wait for the others.
 TEST_WORKERS ?= auto
-PYTEST_RUN := $(VENV_PY) -m pytest -p no:cacheprovider
 test: setup
-	@status=0; \
-	echo "+ pytest: every test but the latency tests, on $(TEST_WORKERS) workers"; \
-	env $(KERNEL_ENV) OMP_NUM_THREADS=1 $(PYTEST_RUN) tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -m "not latency" \
-		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || [ $$? -eq 5 ] || status=1; \
-	echo "+ pytest: the latency tests, alone"; \
-	env $(KERNEL_ENV) $(PYTEST_RUN) tests/browser -m latency $(PYTEST_ARGS) || [ $$? -eq 5 ] || status=1; \
-	exit $$status
+	env $(KERNEL_ENV) OMP_NUM_THREADS=1 $(VENV_PY) -m pytest tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -m "not latency" \
+		-n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider $(PYTEST_ARGS)
 
 # Both run, so one report lists every lint and format error; either fails the target.
 lint: setup
@@ -135,6 +126,10 @@ bench: setup
 
 bench-explorers: setup
 	$(VENV_PY) benchmarks/bench_explorers.py
+
+# Every explorer in JupyterLab (headless Chromium): keypress to picture against a bare slider, alone.
+bench-browser: setup
+	env $(KERNEL_ENV) $(VENV_PY) -m pytest tests/browser -m latency -p no:cacheprovider $(PYTEST_ARGS)
 
 bench-scale: setup
 	$(VENV_PY) benchmarks/bench_tiled.py

@@ -48,8 +48,8 @@ def close_figures():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the browser tests last. While a module's Playwright runs, its event loop stays current in
-    this process between calls, so an explorer tested then would find a "running" loop that never runs
-    its callbacks and wait for ever to sharpen its picture (the browser fixture stops Playwright at the
-    end of each module, so that no later file is affected either)."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    """Run the browser tests first. They are the longest files and mostly wait for the browser, so that
+    under pytest-xdist (`make test`) one worker starts them while the others take everything else, and
+    all finish together. (Their Playwright stops at the end of each module: an explorer tested while
+    its event loop is current would find a "running" loop that never runs its callbacks.)"""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is None)
