@@ -56,3 +56,9 @@ def test_every_argument_of_sentence_embeddings_changes_the_result():
 def test_an_empty_sentence_is_refused():
     with pytest.raises(ValueError, match="sentence"):
         sentence_embeddings("   ", 4)
+
+
+@pytest.mark.parametrize("d_model", [0, 2.0])
+def test_sentence_embeddings_names_d_model_when_it_is_not_a_positive_int(d_model):
+    with pytest.raises((TypeError, ValueError), match=r"^d_model must be"):
+        sentence_embeddings("she loves cats", d_model)

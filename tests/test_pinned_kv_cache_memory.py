@@ -147,3 +147,9 @@ def test_format_bytes_names_what_it_was_given():
     with raises(ValueError, "n must be >= 0 bytes, got -1"):
         format_bytes(-1)
     assert format_bytes(0) == "0 bytes"
+
+
+def test_format_bytes_below_1024_stays_in_bytes_however_close():
+    # Bytes print as whole numbers, so a float just under 1024 must not be rounded up into "1.00 KiB".
+    assert format_bytes(1023.999) == "1023 bytes"
+    assert format_bytes(1024.0) == "1.00 KiB"
