@@ -81,12 +81,14 @@ def stack_head_weights(head_weights: Sequence[torch.Tensor]) -> torch.Tensor:
         raise TypeError(
             f"head_weights must be a non-empty list of (d_head, d_in) tensors, got {type(head_weights).__name__}"
         )
-    first = expect_tensor("head_weights[0]", head_weights[0])
     for index, weight in enumerate(head_weights):
-        if expect_tensor(f"head_weights[{index}]", weight).ndim != 2 or weight.shape != first.shape:
+        name = f"head_weights[{index}]"
+        if expect_tensor(name, weight).ndim != 2:
+            raise ValueError(f"{name} must be a 2-D (d_head, d_in) matrix, got shape {tuple(weight.shape)}")
+        if weight.shape != head_weights[0].shape:
             raise ValueError(
-                f"head_weights[{index}] must be 2-D with the shape of head_weights[0] "
-                f"{tuple(first.shape)} (d_head, d_in), got shape {tuple(weight.shape)}"
+                f"{name} must have the shape of head_weights[0] {tuple(head_weights[0].shape)}, "
+                f"got shape {tuple(weight.shape)}"
             )
     return torch.cat(list(head_weights), dim=0)
 
@@ -339,10 +341,10 @@ def from_fused_qkv(
             "fused_layout='per_head' holds one [q|k|v] block per head, so num_kv_heads must equal num_heads "
             f"there; got num_heads={num_heads}, num_kv_heads={kv_heads} (use fused_layout='stacked')"
         )
-    what = "3 * num_heads" if kv_heads == num_heads else "(num_heads + 2 * num_kv_heads)"
+    what = "3 * num_heads" if kv_heads == num_heads else "num_heads + 2 * num_kv_heads"
     d_head = expect_divisible("qkv_weight.shape[0]", rows, what, num_heads + 2 * kv_heads)
-    if qkv_bias is not None and tuple(expect_tensor("qkv_bias", qkv_bias).shape) != (rows,):
-        raise ValueError(f"qkv_bias must have shape ({rows},), got {tuple(qkv_bias.shape)}")
+    if qkv_bias is not None:
+        expect_shape("qkv_bias", qkv_bias, (rows,))
     if fused_layout == "per_head":
         qkv_weight = fused_qkv_per_head_to_stacked(qkv_weight, num_heads)
         if qkv_bias is not None:
