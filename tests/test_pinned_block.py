@@ -8,10 +8,9 @@ be ignored. The reference is the docstring's recipe, x + attention(LN_1(x)) then
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from pinning import raises
 
 import mhsa_helpers as mh
 
@@ -127,11 +126,6 @@ def test_no_dropout_by_default():
     with torch.no_grad():
         first, second = _two_training_calls(block, x)
     assert torch.equal(first, second)
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def test_bad_settings_are_named_in_the_message():

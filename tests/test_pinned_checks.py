@@ -9,20 +9,15 @@ messages are compared whole: a learner reads them, so their wording is behaviour
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers import checks
 
 META = torch.device("meta")
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 # expect_tensor / expect_floating / expect_integer_tensor / expect_matrix ---------------------------

@@ -6,10 +6,9 @@ which leading dimensions), never read back from the cache under test.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers import KVCache, SlidingWindowCache
 from mhsa_helpers.kv_cache import expect_cache
@@ -139,11 +138,6 @@ def test_repr_says_the_class_length_capacity_and_shape():
 
 
 # ---------------------------------------------------------------- argument checks: the messages
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def test_extended_names_the_tensor_that_is_not_keys_and_values_shaped():

@@ -5,9 +5,8 @@ integers: 2 (K and V) × layers × kv_heads × head_dim × tokens × batch × by
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from pinning import raises
 
 from mhsa_helpers.kv_cache_memory import (
     ModelConfig,
@@ -80,11 +79,6 @@ def test_a_model_with_as_many_kv_heads_as_heads_is_mha():
 
 
 # ---------------------------------------------------------------- argument checks: the messages
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 @pytest.mark.parametrize("field", ["num_layers", "num_heads", "num_kv_heads", "head_dim"])

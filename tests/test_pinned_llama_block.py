@@ -3,10 +3,8 @@ showed unpinned — every constructor and call argument changes the result or th
 
 from __future__ import annotations
 
-import re
-
-import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers.block import LlamaBlock, RMSNorm, SwiGLU
 
@@ -77,11 +75,6 @@ def test_rms_norm_rounds_the_normalised_x_to_xs_dtype_before_the_weight():
     exact = x.double() / x.double().pow(2).mean(-1, keepdim=True).add(1e-5).sqrt()
     assert not torch.equal(exact.to(torch.float16).double(), exact)  # so the rounding is visible
     torch.testing.assert_close(out.double(), exact.to(torch.float16).double())
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def test_bad_sizes_and_eps_are_named_in_the_message():

@@ -7,10 +7,10 @@ here in plain Python, never from the functions under test.
 from __future__ import annotations
 
 import math
-import re
 
 import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers.long_context import RopeScaling, alibi_bias, alibi_slopes, rope_wavelengths, scaled_rope_frequencies
 
@@ -55,11 +55,6 @@ def test_rope_wavelengths_are_tokens_per_full_turn():
 def test_rope_wavelengths_name_theta_when_refusing_it(theta):
     with pytest.raises(TypeError, match=r"^theta must"):
         rope_wavelengths(theta)
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def test_bad_arguments_are_named_in_the_message():

@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
 from mhsa_helpers.kv_cache import SlidingWindowCache
-
-
-def raises(kind: type[Exception], message: str):
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def test_extra_repr_names_kv_heads_only_when_they_differ():

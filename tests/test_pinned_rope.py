@@ -6,19 +6,14 @@ Expected angles come from the paper's formula ``m * base^(-2i/d_head)`` in Pytho
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from pinning import raises
 
 from mhsa_helpers import RotaryEmbedding
 from mhsa_helpers.rope import RopeScaling, apply_rotary, rope_angles, rope_frequencies, scaled_rope_frequencies
 
 META = torch.device("meta")
-
-
-def raises(kind: type[Exception], message: str):
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 def _angles(positions, d_head, base):

@@ -6,10 +6,9 @@ default tile of 128 keys), not read from the code under test.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from pinning import raises
 
 import mhsa_helpers.tiled_attention as tiled
 from mhsa_helpers.tiled_attention import (
@@ -108,11 +107,6 @@ def test_the_initial_state_is_made_with_the_dtype_and_on_the_device_asked_for():
 
 
 # ------------------------------------------------------------------ argument checks: the messages
-
-
-def raises(kind: type[Exception], message: str):
-    """The exception, with exactly this message (a learner reads it: its wording is behaviour)."""
-    return pytest.raises(kind, match=f"^{re.escape(message)}$")
 
 
 @pytest.mark.parametrize("function", [online_softmax, online_softmax_trace])
