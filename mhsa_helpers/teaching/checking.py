@@ -535,8 +535,8 @@ def _unchanged(before: Any, after: Any) -> bool:
         return torch.equal(b, a)
     try:
         return bool(before == after) or (before != before and after != after)  # NaN equals NaN here
-    except Exception:
-        return True
+    except Exception:  # a plain value replaced by one it cannot be compared with (a tensor, an array)
+        return False
 
 
 def _changed_part(before: Any, after: Any) -> str | None:
@@ -548,9 +548,16 @@ def _changed_part(before: Any, after: Any) -> str | None:
     return None
 
 
+def _signature(learner: Callable[..., Any]) -> inspect.Signature:
+    """The parameters of the learner's own function: under a checker's wrappers, or a module's ``forward``
+    (a module's own signature is ``(*args, **kwargs)``, which every call fits)."""
+    function = inspect.unwrap(learner)
+    return inspect.signature(function.forward if isinstance(function, torch.nn.Module) else function)
+
+
 def _parameter_names(learner: Callable[..., Any]) -> list[str]:
     try:
-        parameters = inspect.signature(inspect.unwrap(learner)).parameters.values()
+        parameters = _signature(learner).parameters.values()
     except (TypeError, ValueError):
         return []
     return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -802,7 +809,7 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
         # The error never reached the learner's code: either the call itself did not fit the
         # learner's parameters, or a checker's own code failed after the learner returned.
         try:
-            signature = inspect.signature(inspect.unwrap(learner))
+            signature = _signature(learner)
         except (TypeError, ValueError):
             signature = None
         if signature is not None:
