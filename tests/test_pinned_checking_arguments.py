@@ -116,6 +116,23 @@ def test_arguments_are_looked_into_three_containers_deep():
     assert check(learner, four).correct
 
 
+def test_dicts_are_looked_into_three_containers_deep_too():
+    def learner(weights):
+        weights["block"]["heads"][0].add_(1)
+        return 0
+
+    assert check(learner, {"block": {"heads": [torch.ones(2)]}}).message == written_into(
+        "weights", "['block']['heads'][0]"
+    )
+
+
+def test_a_dict_that_refers_to_itself_is_checked_without_end():
+    config = {"scale": torch.ones(2)}
+    config["self"] = config
+    result = check(lambda c: c["scale"].sum(), config, reference=lambda c: torch.tensor(2.0))
+    assert result.correct, result.message
+
+
 # ------------------------------------------------------------------ objects and modules
 
 
@@ -236,7 +253,7 @@ def test_a_probe_that_catches_the_learners_failure_sees_what_happened(monkeypatc
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.1)
     seen = []
 
-    def learner(x):
+    def learner(x):  # the case's input (2 numbers) runs; the probe's inputs change it or never return
         if len(x) == 3:
             x.mul_(2)
         if len(x) == 4:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import threading
 import time
 
 import pytest
@@ -193,3 +194,20 @@ def test_wrappers_are_seen_through_twenty_deep():
     looped = functools.partial(learner)
     looped.__wrapped__ = looped
     assert check_function("ex", looped, lambda x: x, ONE, verbose=False).correct
+
+
+@pytest.mark.parametrize("limit", [None, 0])
+def test_no_time_limit_when_it_is_none_or_0(monkeypatch, limit):
+    """``TIME_LIMIT_SECONDS = None`` (or 0) turns the limit off, also outside the main thread (where a
+    limit of 0 would stop every call at once)."""
+    monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", limit)
+    results = []
+
+    def check_in_a_thread():
+        results.append(check_function("ex", lambda x: x, lambda x: x, ONE, verbose=False))
+
+    assert check_function("ex", lambda x: x, lambda x: x, ONE, verbose=False).correct
+    worker = threading.Thread(target=check_in_a_thread)
+    worker.start()
+    worker.join(5)
+    assert results[0].correct, results[0].message
