@@ -86,7 +86,9 @@ def test_a_number_replaced_by_a_tensor_is_a_change():
 def test_a_list_and_a_dict_of_tensors_and_numbers_left_alone_are_fine():
     def total(values):
         items = values.values() if isinstance(values, dict) else values
-        return sum(float(v.sum()) if isinstance(v, torch.Tensor) else v for v in items if isinstance(v, (int, torch.Tensor)))
+        return sum(
+            float(v.sum()) if isinstance(v, torch.Tensor) else v for v in items if isinstance(v, int | torch.Tensor)
+        )
 
     assert check(total, [torch.ones(2), 3, "three", None], reference=lambda v: 5.0).correct
     assert check(total, {"q": torch.ones(2), "n": 3}, reference=lambda v: 5.0).correct

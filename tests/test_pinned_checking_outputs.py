@@ -103,7 +103,7 @@ def test_an_error_inside_pythons_frozen_modules_names_the_learners_line():
     line = learner.__code__.co_firstlineno + 1
     assert message.startswith("[ex] your function raised TypeError: ")
     assert message.endswith(
-        f"(in learner, line {line}: `return os.path.join(\"weights\", 1)`). It was called with a tensor of "
+        f'(in learner, line {line}: `return os.path.join("weights", 1)`). It was called with a tensor of '
         "shape (2,) (two zeros); check which shapes your code assumes."
     )
 

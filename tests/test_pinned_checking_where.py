@@ -63,65 +63,64 @@ def run(learner, cases=ONE):
 
 
 def test_a_stop_inside_a_loop_names_the_line_and_the_loop(short_limit):
-    learner = cell(
-        "def learner(x):\n"
-        "    i = 0\n"
-        "    while i < 3:\n"
-        "        time.sleep(5)\n"
-        "    return x\n"
-    )
+    learner = cell("""\
+def learner(x):
+    i = 0
+    while i < 3:
+        time.sleep(5)
+    return x
+""")
     result = run(learner)
     assert (result.exercise, result.status) == ("ex", "error")
-    assert result.message == stopped(" (in learner, line 4: `time.sleep(5)`), inside the loop at line 3: `while i < 3:`")
+    where = " (in learner, line 4: `time.sleep(5)`), inside the loop at line 3: `while i < 3:`"
+    assert result.message == stopped(where)
 
 
 def test_lines_are_the_cells_even_when_the_function_starts_lower(short_limit):
     # The loop after the stopped line is not around it: no loop is named.
-    learner = cell(
-        "# the exercise\n"
-        "\n"
-        "def learner(x):\n"
-        "    time.sleep(5)\n"
-        "    for i in range(2):\n"
-        "        x = x + i\n"
-        "    return x\n"
-    )
+    learner = cell("""\
+# the exercise
+
+def learner(x):
+    time.sleep(5)
+    for i in range(2):
+        x = x + i
+    return x
+""")
     assert run(learner).message == stopped(" (in learner, line 4: `time.sleep(5)`)")
-    learner = cell(
-        "# the exercise\n"
-        "def learner(x):\n"
-        "    for i in range(2):\n"
-        "        time.sleep(5)\n"
-        "    return x\n"
-    )
-    assert run(learner).message == stopped(
-        " (in learner, line 4: `time.sleep(5)`), inside the loop at line 3: `for i in range(2):`"
-    )
+    learner = cell("""\
+# the exercise
+def learner(x):
+    for i in range(2):
+        time.sleep(5)
+    return x
+""")
+    where = " (in learner, line 4: `time.sleep(5)`), inside the loop at line 3: `for i in range(2):`"
+    assert run(learner).message == stopped(where)
 
 
 def test_a_stop_on_a_loops_own_line_is_not_told_twice(short_limit):
     # The stopped line is the inner loop's: shown once, and the outer loop is not the one to look at.
-    learner = cell(
-        "def learner(x):\n"
-        "    while True:\n"
-        "        while not time.sleep(5):\n"
-        "            pass\n"
-    )
+    learner = cell("""\
+def learner(x):
+    while True:
+        while not time.sleep(5):
+            pass
+""")
     assert run(learner).message == stopped(" (in learner, line 3: `while not time.sleep(5):`)")
 
 
 def test_a_stop_in_a_helper_names_the_learners_line_and_the_helpers(short_limit):
-    learner = cell(
-        "def helper(x):\n"
-        "    time.sleep(5)\n"
-        "    return x\n"
-        "\n"
-        "def learner(x):\n"
-        "    return helper(x)\n"
-    )
-    assert run(learner).message == stopped(
-        " (in learner, line 6: `return helper(x)`; deeper, in helper, line 2: `time.sleep(5)`)"
-    )
+    learner = cell("""\
+def helper(x):
+    time.sleep(5)
+    return x
+
+def learner(x):
+    return helper(x)
+""")
+    where = " (in learner, line 6: `return helper(x)`; deeper, in helper, line 2: `time.sleep(5)`)"
+    assert run(learner).message == stopped(where)
 
 
 def test_a_stop_without_source_names_the_line_only(short_limit):
@@ -139,12 +138,12 @@ def test_a_stop_outside_the_learners_code_names_no_line(short_limit):
 def test_an_error_inside_torch_names_the_learners_line():
     # A callable object whose `__call__` is inherited: the checker cannot tell where the learner's code
     # starts, and names the learner's last line before torch's.
-    base = cell(
-        "class Base:\n"
-        "    def __call__(self, x):\n"
-        "        return torch.nn.functional.softmax(x, dim=5)\n",
-        name="Base",
-    )
+    source = """\
+class Base:
+    def __call__(self, x):
+        return torch.nn.functional.softmax(x, dim=5)
+"""
+    base = cell(source, name="Base")
 
     class Softmax(base):
         pass
