@@ -98,6 +98,23 @@ def learner(x):
     assert stopped and all(t.daemon for t in stopped)
 
 
+def test_in_a_thread_a_helper_that_returned_is_not_where_the_learner_is(monkeypatch):
+    monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.2)
+    code = cell(
+        """\
+def setup(x):
+    return x
+
+def learner(x):
+    x = setup(x)
+    time.sleep(1.5)
+    return x
+"""
+    )
+    result = in_a_thread(lambda: check_function("ex", code["learner"], lambda x: x, ONE, verbose=False))
+    assert " and was stopped (in learner, line 6: `time.sleep(1.5)`). A loop" in result.message, result.message
+
+
 @pytest.mark.parametrize("limit", [None, 0])
 def test_without_a_time_limit_the_keywords_get_through(monkeypatch, limit):
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", limit)
@@ -179,6 +196,16 @@ def test_an_argument_without_a_parameter_name_is_named_by_its_position():
     assert message.startswith("[ex] not yet: your function changed its argument `number 2` in place (e.g. ")
 
 
+def test_an_extra_positional_argument_is_named_by_its_position():
+    def learner(x, *rest):
+        rest[0].zero_()
+        return x
+
+    case = Case((torch.ones(2), torch.ones(2)))
+    message = check_function("ex", learner, lambda x, *rest: x, [case], verbose=False).message
+    assert message.startswith("[ex] not yet: your function changed its argument `number 2` in place (e.g. ")
+
+
 # ------------------------------------------------------------------ a module without forward
 
 
@@ -187,9 +214,15 @@ def test_a_misspelled_forward_is_named():
         def forwrad(self, x):
             return x
 
+    class Short(torch.nn.Module):
+        def fwd(self, x):
+            return x
+
     result = check_function("ex", Net(), lambda x: x, ONE, verbose=False)
     assert (result.exercise, result.status) == ("ex", "error")
     assert result.message == "[ex] not yet: your module Net has no `forward` method; did you spell it `forwrad`?"
+    message = check_function("ex", Short(), lambda x: x, ONE, verbose=False).message
+    assert message == "[ex] not yet: your module Short has no `forward` method; did you spell it `fwd`?"
 
 
 def test_a_module_without_anything_like_forward_is_told_what_pytorch_calls():
