@@ -202,8 +202,12 @@ def test_no_time_limit_when_it_is_none_or_0(monkeypatch, limit):
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", limit)
     results = []
 
+    def takes_a_moment(x):
+        time.sleep(0.05)  # still running when a limit of 0 would stop waiting for it
+        return x
+
     def check_in_a_thread():
-        results.append(check_function("ex", lambda x: x, lambda x: x, ONE, verbose=False))
+        results.append(check_function("ex", takes_a_moment, lambda x: x, ONE, verbose=False))
 
     assert check_function("ex", lambda x: x, lambda x: x, ONE, verbose=False).correct
     worker = threading.Thread(target=check_in_a_thread)
