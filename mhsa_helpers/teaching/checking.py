@@ -328,7 +328,8 @@ def _library_file(filename: str) -> bool:
 
 def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
     """The code objects where the learner's own function starts: under a checker's wrappers
-    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``; for a module, its ``forward``."""
+    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``, at most 20 deep (so a ``__wrapped__``
+    that leads back to itself ends); for a module, its ``forward``; for an object, its class's ``__call__``."""
     function: Any = learner
     for _ in range(20):
         inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
@@ -503,7 +504,9 @@ def _call(function: Callable[..., Any], case: Case) -> Any:
 
 
 def _tensors_of(value: Any, depth: int = 0) -> list[tuple[str, Any]]:
-    """Tensors and plain values inside an argument, by path, to see whether a call changed them."""
+    """Tensors and plain values inside an argument, by path, to see whether a call changed them: looked for
+    three containers (lists, tuples, dicts, objects' attributes) deep, so a large or self-referring argument
+    is looked at quickly."""
     if isinstance(value, torch.Tensor):
         return [("", value)]
     if depth > 2:
