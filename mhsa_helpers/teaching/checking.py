@@ -328,7 +328,8 @@ def _library_file(filename: str) -> bool:
 
 def _learner_codes(learner: Callable[..., Any]) -> set[CodeType]:
     """The code objects where the learner's own function starts: under a checker's wrappers
-    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``; for a module, its ``forward``."""
+    (``functools.wraps`` sets ``__wrapped__``) and ``functools.partial``, at most 20 deep (so a ``__wrapped__``
+    that leads back to itself ends); for a module, its ``forward``; for an object, its class's ``__call__``."""
     function: Any = learner
     for _ in range(20):
         inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
@@ -503,7 +504,9 @@ def _call(function: Callable[..., Any], case: Case) -> Any:
 
 
 def _tensors_of(value: Any, depth: int = 0) -> list[tuple[str, Any]]:
-    """Tensors and plain values inside an argument, by path, to see whether a call changed them."""
+    """Tensors and plain values inside an argument, by path, to see whether a call changed them: looked for
+    three containers (lists, tuples, dicts, objects' attributes) deep, so a large or self-referring argument
+    is looked at quickly."""
     if isinstance(value, torch.Tensor):
         return [("", value)]
     if depth > 2:
@@ -535,8 +538,8 @@ def _unchanged(before: Any, after: Any) -> bool:
         return torch.equal(b, a)
     try:
         return bool(before == after) or (before != before and after != after)  # NaN equals NaN here
-    except Exception:
-        return True
+    except Exception:  # a plain value replaced by one it cannot be compared with (a tensor, an array)
+        return False
 
 
 def _changed_part(before: Any, after: Any) -> str | None:
@@ -548,9 +551,16 @@ def _changed_part(before: Any, after: Any) -> str | None:
     return None
 
 
+def _signature(learner: Callable[..., Any]) -> inspect.Signature:
+    """The parameters of the learner's own function: under a checker's wrappers, or a module's ``forward``
+    (a module's own signature is ``(*args, **kwargs)``, which every call fits)."""
+    function = inspect.unwrap(learner)
+    return inspect.signature(function.forward if isinstance(function, torch.nn.Module) else function)
+
+
 def _parameter_names(learner: Callable[..., Any]) -> list[str]:
     try:
-        parameters = inspect.signature(inspect.unwrap(learner)).parameters.values()
+        parameters = _signature(learner).parameters.values()
     except (TypeError, ValueError):
         return []
     return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -802,7 +812,7 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
         # The error never reached the learner's code: either the call itself did not fit the
         # learner's parameters, or a checker's own code failed after the learner returned.
         try:
-            signature = inspect.signature(inspect.unwrap(learner))
+            signature = _signature(learner)
         except (TypeError, ValueError):
             signature = None
         if signature is not None:
