@@ -184,7 +184,7 @@ def test_a_modules_setting_is_watched_and_its_own_bookkeeping_is_not():
         module.scale = 3.0
         return module(x) * 2 / 3
 
-    reference = lambda module: module(x)  # noqa: E731
+    reference = lambda module: module(x)  # noqa: E731 - a one-line reference, as a learner writes it
     assert check(uses, Scaled(), reference=reference).correct, "calling the module is not changing it"
     assert check(retunes, Scaled(), reference=reference).message == object_changed("module", "scale")
 

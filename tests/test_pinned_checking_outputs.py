@@ -135,7 +135,7 @@ def test_a_method_called_by_the_learner_is_noted_by_its_name():
 
 def test_shortcuts_are_listed_in_the_order_the_learners_code_called_them():
     # textwrap.fill is called first; the TextWrapper it makes, inside it, second.
-    fill = lambda x: textwrap.fill("one two", width=3)  # noqa: E731
+    fill = lambda x: textwrap.fill("one two", width=3)  # noqa: E731 - the learner's one-line answer
     assert _shortcuts(fill, ("fill", "TextWrapper")) == ("textwrap.fill", "textwrap.TextWrapper")
 
 
@@ -146,7 +146,7 @@ def test_a_class_made_by_the_learner_is_noted():
 def test_a_call_one_step_below_the_learners_is_noted_and_deeper_ones_are_not():
     # textwrap.fill makes a TextWrapper (one step below the learner: noted, as through a decorator) and
     # calls its `wrap` through TextWrapper.fill (two steps below: the library's own business).
-    fill = lambda x: textwrap.fill("one two", width=3)  # noqa: E731
+    fill = lambda x: textwrap.fill("one two", width=3)  # noqa: E731 - the learner's one-line answer
     assert _shortcuts(fill, ("TextWrapper",)) == ("textwrap.TextWrapper",)
     assert _shortcuts(fill, ("wrap",)) == ()
 
