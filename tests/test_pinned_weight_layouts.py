@@ -204,26 +204,6 @@ BAD_CALLS = {
         "attention, num_kv_heads * d_head rows with num_kv_heads dividing num_heads=2, the same for k_weight and "
         "v_weight), got shape (0, 3)",
     ),
-    "projections: q bias": (
-        lambda: from_projection_weights(*W, num_heads=2, layout="out_in", q_bias=t(3)),
-        ValueError,
-        "q_bias must have shape (4,), got shape (3,)",
-    ),
-    "projections: k bias": (
-        lambda: from_projection_weights(*W, num_heads=2, layout="out_in", k_bias=t(3)),
-        ValueError,
-        "k_bias must have shape (4,), got shape (3,)",
-    ),
-    "projections: v bias": (
-        lambda: from_projection_weights(*W, num_heads=2, layout="out_in", v_bias=t(3)),
-        ValueError,
-        "v_bias must have shape (4,), got shape (3,)",
-    ),
-    "projections: o bias": (
-        lambda: from_projection_weights(*W, num_heads=2, layout="out_in", o_bias=t(3)),
-        ValueError,
-        "o_bias must have shape (5,), got shape (3,)",
-    ),
     "heads: layout": (
         lambda: from_head_weights(*HEADS, t(3, 4), layout="rows"),
         ValueError,
@@ -347,6 +327,12 @@ BAD_CALLS = {
         "convert afterwards with module.to(device, dtype)",
     ),
 }
+for bias, size in (("q_bias", 4), ("k_bias", 4), ("v_bias", 4), ("o_bias", 5)):
+    BAD_CALLS[f"projections: {bias}"] = (
+        lambda bias=bias: from_projection_weights(*W, num_heads=2, layout="out_in", **{bias: t(3)}),
+        ValueError,
+        f"{bias} must have shape ({size},), got shape (3,)",
+    )
 for layout_name, convert in (
     ("per head to stacked", fused_qkv_per_head_to_stacked),
     ("stacked to per head", fused_qkv_stacked_to_per_head),
