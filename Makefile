@@ -14,6 +14,7 @@
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make mutate     mutation testing of the core with mutmut, one worker (MUTANTS="mhsa_helpers.block.*" for some)
+#   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -52,7 +53,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model mutate \
+	bench-model mutate mutation-report \
 	clean distclean FORCE
 
 help:
@@ -145,6 +146,10 @@ MUTANTS ?=
 mutate: setup
 	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \
 		$(VENV_PY) scripts/mutate.py --max-children 1 $(MUTANTS)
+
+# Each module's score from the last `make mutate`, and the survivors neither pinned nor listed (exit 1 if any).
+mutation-report: setup
+	$(VENV_PY) scripts/mutation_report.py
 
 clean:
 	rm -rf build dist mutants .pytest_cache .hypothesis .ruff_cache .mypy_cache

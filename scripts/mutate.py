@@ -11,7 +11,8 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
 * Which files are mutated: the core (``mhsa_helpers/*.py``) and the exercise checker machinery
   (``mhsa_helpers/teaching/checking.py``). mutmut matches its ``only_mutate`` patterns with
   ``fnmatch``, whose ``*`` also crosses ``/``, so the list is computed with ``Path.glob`` (which
-  does not), and a new core module is included unasked. The explorers are left out: most of
+  does not), and a new core module is included unasked (``files_to_mutate``, kept in
+  ``scripts/mutation_report.py``, which reads the results). The explorers are left out: most of
   their mutants change a slider's label or a colour, and each costs a figure drawn per test
   (tens of seconds here), which would make the run hours longer.
 * mutmut runs a mutant's tests by their ids, and pytest (run in mutmut's process) cannot
@@ -21,24 +22,18 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
 
 Usage: ``python scripts/mutate.py [mutmut run arguments]``, e.g. ``"mhsa_helpers.block.*"``
 to mutate one module's functions only. Survivors that cannot be killed are listed, each with
-the reason, in tests/mutation/EQUIVALENT.md.
+the reason, in tests/mutation/EQUIVALENT.md; ``make mutation-report`` then prints each module's
+score and names the survivors that are neither killed nor listed.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
+from mutation_report import files_to_mutate  # this folder is on the path when a script in it runs
 from mutmut import configuration
 from mutmut.__main__ import cli
-
-EXTRA_FILES = ("mhsa_helpers/teaching/checking.py",)
-
-
-def files_to_mutate() -> list[str]:
-    core = sorted(str(path) for path in Path("mhsa_helpers").glob("*.py") if path.name != "__init__.py")
-    return [*core, *EXTRA_FILES]
 
 
 def ids_pytest_cannot_select(selection: list[str]) -> list[str]:

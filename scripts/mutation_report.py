@@ -1,0 +1,175 @@
+"""`make mutation-report`: the mutation score of each mutated module, after `make mutate`.
+
+mutmut keeps the verdict of every mutant it ran in ``mutants/<file>.meta``; the survivors that no
+test can kill are listed, each with its reason, in ``tests/mutation/EQUIVALENT.md``. This prints
+one row per mutated file (a Markdown table)::
+
+    | module | mutants | killed | equivalent | alive, not listed | not run | score |
+
+where *killed* counts the mutants a test failed on (or that ran past mutmut's time limit),
+*equivalent* the survivors listed in EQUIVALENT.md, and the score is killed / (mutants -
+equivalent - not run): the share of the mutants that can be told apart from the code, and were.
+
+Under the table it names every survivor that is not listed (pin it with a test, or list it with
+its reason) and every listed mutant that is now killed (its name moved when the function
+changed: update the entry). It exits with 1 if there is one of either, so that the habit has a
+clear end: a run is done when this passes.
+
+Usage: ``python scripts/mutation_report.py [--mutants DIR] [--equivalent FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENT = ROOT / "tests" / "mutation" / "EQUIVALENT.md"
+MUTATED_FILES = (
+    "mhsa_helpers/teaching/checking.py",
+)  # besides the core, mhsa_helpers/*.py; scripts/mutate.py imports this
+
+# mutmut's exit codes (mutmut.stats.status_by_exit_code), grouped as the score counts them.
+CAUGHT: set[int | None] = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # a test failed, the run timed out or crashed
+ALIVE: set[int | None] = {0, 5, 33, 35}  # every test passed, or no test reaches the function
+NOT_RUN: set[int | None] = {None, 2, 34}  # not checked yet, interrupted, or skipped
+
+SECTION = re.compile(r"^## (\S+\.py)\s*$")
+NAME = re.compile(r"`([^`]+)`")
+
+
+def files_to_mutate(root: Path = ROOT) -> list[str]:
+    """The core modules (``mhsa_helpers/*.py``, without ``__init__``) and the checker machinery."""
+    core = sorted(
+        str(path.relative_to(root)) for path in (root / "mhsa_helpers").glob("*.py") if path.name != "__init__.py"
+    )
+    return [*core, *MUTATED_FILES]
+
+
+def module_of(path: str) -> str:
+    """``mhsa_helpers/teaching/checking.py`` -> ``mhsa_helpers.teaching.checking`` (mutmut's prefix)."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def listed_equivalents(text: str) -> dict[str, set[str]]:
+    """The mutant names of each ``## <file>`` section's table, with the module prefix mutmut gives them.
+
+    A row's first cell holds one or more names in backticks; ``_23`` after ``x_f__mutmut_20`` is
+    short for ``x_f__mutmut_23``.
+    """
+    listed: dict[str, set[str]] = {}
+    section = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = SECTION.match(line)
+        if header:
+            section = header.group(1)
+            listed.setdefault(section, set())
+            continue
+        if not line.startswith("| `"):
+            continue
+        if section is None:
+            raise ValueError(f"line {number}: a mutant is listed before any '## <file>.py' section")
+        full = None
+        for name in NAME.findall(line.split("|")[1]):
+            if re.fullmatch(r"_\d+", name):
+                if full is None:
+                    raise ValueError(f"line {number}: {name!r} continues no mutant name")
+                name = full.rsplit("__mutmut_", 1)[0] + "__mutmut" + name
+            elif not re.fullmatch(r"x\S*__mutmut_\d+", name):
+                raise ValueError(f"line {number}: {name!r} is not a mutmut name (x<function>__mutmut_<n>)")
+            full = name
+            listed[section].add(f"{module_of(section)}.{name}")
+    return listed
+
+
+@dataclass
+class Row:
+    path: str
+    verdicts: dict[str, int | None]
+    listed: set[str] = field(default_factory=set)
+
+    def names(self, codes: set[int | None]) -> list[str]:
+        return sorted(name for name, code in self.verdicts.items() if code in codes)
+
+    @property
+    def equivalent(self) -> list[str]:
+        return [name for name in self.names(ALIVE) if name in self.listed]
+
+    @property
+    def unlisted(self) -> list[str]:
+        return [name for name in self.names(ALIVE) if name not in self.listed]
+
+    @property
+    def stale(self) -> list[str]:
+        """Listed, but killed now or no longer a mutant of this file."""
+        return sorted(name for name in self.listed if self.verdicts.get(name, 1) in CAUGHT)
+
+    @property
+    def score(self) -> float | None:
+        counted = len(self.verdicts) - len(self.equivalent) - len(self.names(NOT_RUN))
+        return None if counted == 0 else len(self.names(CAUGHT)) / counted
+
+
+def read_rows(mutants: Path, equivalent_text: str, paths: list[str]) -> list[Row]:
+    listed = listed_equivalents(equivalent_text)
+    rows = []
+    for path in paths:
+        meta = mutants / f"{path}.meta"
+        verdicts = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        if verdicts:
+            rows.append(Row(path, verdicts, listed.get(path, set())))
+    return rows
+
+
+def report(rows: list[Row]) -> tuple[str, bool]:
+    """The Markdown table and the names to act on; ``True`` when there are none."""
+    lines = [
+        "| module | mutants | killed | equivalent | alive, not listed | not run | score |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        score = "-" if row.score is None else f"{100 * row.score:.1f}%"
+        lines.append(
+            f"| {row.path} | {len(row.verdicts)} | {len(row.names(CAUGHT))} | {len(row.equivalent)} "
+            f"| {len(row.unlisted)} | {len(row.names(NOT_RUN))} | {score} |"
+        )
+    total = Row("all", {name: code for row in rows for name, code in row.verdicts.items()})
+    total.listed = {name for row in rows for name in row.listed}
+    score = "-" if total.score is None else f"{100 * total.score:.1f}%"
+    lines.append(
+        f"| **all** | {len(total.verdicts)} | {len(total.names(CAUGHT))} | {len(total.equivalent)} "
+        f"| {len(total.unlisted)} | {len(total.names(NOT_RUN))} | {score} |"
+    )
+    clean = True
+    for row in rows:
+        if row.unlisted:
+            clean = False
+            lines += ["", f"{row.path}: alive and not in EQUIVALENT.md (pin each with a test, or list it):"]
+            lines += [f"  {name}" for name in row.unlisted]
+        if row.stale:
+            clean = False
+            lines += ["", f"{row.path}: listed in EQUIVALENT.md but killed or gone (its name moved; update it):"]
+            lines += [f"  {name}" for name in row.stale]
+    return "\n".join(lines), clean
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="mutmut's folder (default: mutants)")
+    parser.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the list of equivalent mutants")
+    args = parser.parse_args(argv)
+    rows = read_rows(args.mutants, args.equivalent.read_text(), files_to_mutate())
+    if not rows:
+        print(f"no mutmut results in {args.mutants}/: run `make mutate` first")
+        return 1
+    table, clean = report(rows)
+    print(table)
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
