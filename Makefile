@@ -13,7 +13,7 @@
 #   make bench-browser    keypress-to-picture time of each explorer in JupyterLab, against a bare slider
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
-#   make mutate     mutation testing of the core with mutmut, one worker (MUTANTS="mhsa_helpers.block.*" for some)
+#   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
@@ -139,17 +139,20 @@ bench-scale: setup
 bench-model: setup
 	$(VENV_PY) benchmarks/bench_real_model.py
 
-# Not in CI (README, Contributing): a module takes 1-4 minutes here, the whole core over an hour.
-# One worker and one thread: the machine is shared. Survivors: `.venv/bin/mutmut results`;
-# the ones no test can kill are listed, with the reason, in tests/mutation/EQUIVALENT.md.
+# Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
+# on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can
+# kill are listed, with the reason, in tests/mutation/EQUIVALENT.md, and carried over between fresh
+# runs while their function is unchanged (tests/mutation/verified.json; MUTANTS=--rerun-equivalents).
 MUTANTS ?=
 mutate: setup
 	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \
-		$(VENV_PY) scripts/mutate.py --max-children 1 $(MUTANTS)
+		$(VENV_PY) scripts/mutate.py $(MUTANTS)
 
-# Each module's score from the last `make mutate`, and the survivors neither pinned nor listed (exit 1 if any).
+# Each module's score from the last `make mutate`, and the survivors neither pinned nor listed (exit 1
+# if any); RECORD=1 then updates tests/mutation/verified.json.
+RECORD ?=
 mutation-report: setup
-	$(VENV_PY) scripts/mutation_report.py
+	$(VENV_PY) scripts/mutation_report.py $(if $(RECORD),--record)
 
 clean:
 	rm -rf build dist mutants .pytest_cache .hypothesis .ruff_cache .mypy_cache

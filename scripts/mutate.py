@@ -20,7 +20,11 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
   Those tests (52 of about 1,650 today) are deselected before mutmut records which test
   reaches which function (one ``pytest --collect-only`` first), so they are not run.
 
-Usage: ``python scripts/mutate.py [mutmut run arguments]``, e.g. ``"mhsa_helpers.block.*"``
+A fresh run starts with the verdicts of the equivalent mutants recorded in
+tests/mutation/verified.json (see scripts/mutation_report.py), which mutmut keeps only for functions
+whose code is unchanged; ``--rerun-equivalents`` runs them all again.
+
+Usage: ``python scripts/mutate.py [--rerun-equivalents] [mutmut run arguments]``, e.g. ``"mhsa_helpers.block.*"``
 to mutate one module's functions only. Survivors that cannot be killed are listed, each with
 the reason, in tests/mutation/EQUIVALENT.md; ``make mutation-report`` then prints each module's
 score and names the survivors that are neither killed nor listed.
@@ -30,8 +34,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from mutation_report import files_to_mutate  # this folder is on the path when a script in it runs
+from mutation_report import files_to_mutate, read_verified, seed_verified  # this folder is on sys.path
 from mutmut import configuration
 from mutmut.__main__ import cli
 
@@ -47,11 +52,18 @@ def ids_pytest_cannot_select(selection: list[str]) -> list[str]:
 
 
 def main() -> None:
+    arguments = sys.argv[1:]
+    if "--rerun-equivalents" in arguments:
+        arguments.remove("--rerun-equivalents")
+    else:
+        seeded = seed_verified(Path("mutants"), read_verified())
+        if seeded:
+            print(f"verified survivors carried over for {len(seeded)} files (tests/mutation/verified.json)")
     config = configuration.config()
     config.only_mutate = files_to_mutate()
     selection = config.pytest_add_cli_args_test_selection
     selection += [f"--deselect={test}" for test in ids_pytest_cannot_select(selection + config.pytest_add_cli_args)]
-    cli(["run", *sys.argv[1:]])
+    cli(["run", *arguments])
 
 
 if __name__ == "__main__":

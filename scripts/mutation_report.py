@@ -15,7 +15,15 @@ its reason) and every listed mutant that is now killed (its name moved when the 
 changed: update the entry). It exits with 1 if there is one of either, so that the habit has a
 clear end: a run is done when this passes.
 
-Usage: ``python scripts/mutation_report.py [--mutants DIR] [--equivalent FILE]``.
+With ``--record`` (``make mutation-report RECORD=1``), a run that passes also writes
+``tests/mutation/verified.json``: for each function whose mutants all ran, its listed survivors and
+mutmut's hash of the function's code. An equivalent mutant survives every test by definition, and
+each one reruns every test that reaches its function (minutes for ``attend``), so ``make mutate``
+starts a fresh run with those verdicts (``seed_verified``) and mutmut keeps them only while the
+function's hash is unchanged; a changed function has all its mutants run again, as mutmut does
+between its own runs. The report says how many equivalents were carried over rather than rerun.
+
+Usage: ``python scripts/mutation_report.py [--mutants DIR] [--equivalent FILE] [--record]``.
 """
 
 from __future__ import annotations
@@ -26,9 +34,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT = ROOT / "tests" / "mutation" / "EQUIVALENT.md"
+VERIFIED = ROOT / "tests" / "mutation" / "verified.json"
+# verified.json: {file: {function: {"hash": mutmut's hash of the function, "survived": [mutant, ...]}}}
+Record = dict[str, dict[str, dict[str, Any]]]
 MUTATED_FILES = (
     "mhsa_helpers/teaching/checking.py",
 )  # besides the core, mhsa_helpers/*.py; scripts/mutate.py imports this
@@ -86,11 +98,18 @@ def listed_equivalents(text: str) -> dict[str, set[str]]:
     return listed
 
 
+def function_of(mutant: str) -> str:
+    """``mhsa_helpers.attention.x_attend__mutmut_3`` -> ``x_attend`` (mutmut's key for the function)."""
+    return mutant.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[1]
+
+
 @dataclass
 class Row:
     path: str
     verdicts: dict[str, int | None]
     listed: set[str] = field(default_factory=set)
+    hashes: dict[str, str] = field(default_factory=dict)  # function -> mutmut's hash of its code
+    durations: dict[str, float] = field(default_factory=dict)  # mutant -> seconds, for the mutants run
 
     def names(self, codes: set[int | None]) -> list[str]:
         return sorted(name for name, code in self.verdicts.items() if code in codes)
@@ -109,6 +128,11 @@ class Row:
         return sorted(name for name in self.listed if self.verdicts.get(name, 1) in CAUGHT)
 
     @property
+    def carried_over(self) -> list[str]:
+        """Equivalents whose verdict came from verified.json: not run in this folder."""
+        return [name for name in self.equivalent if name not in self.durations]
+
+    @property
     def score(self) -> float | None:
         counted = len(self.verdicts) - len(self.equivalent) - len(self.names(NOT_RUN))
         return None if counted == 0 else len(self.names(CAUGHT)) / counted
@@ -119,10 +143,66 @@ def read_rows(mutants: Path, equivalent_text: str, paths: list[str]) -> list[Row
     rows = []
     for path in paths:
         meta = mutants / f"{path}.meta"
-        verdicts = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
-        if verdicts:
-            rows.append(Row(path, verdicts, listed.get(path, set())))
+        data = json.loads(meta.read_text()) if meta.exists() else {}
+        if data.get("exit_code_by_key"):
+            rows.append(
+                Row(
+                    path,
+                    data["exit_code_by_key"],
+                    listed.get(path, set()),
+                    data.get("hash_by_function_name", {}),
+                    data.get("durations_by_key", {}),
+                )
+            )
     return rows
+
+
+def verified(rows: list[Row], before: Record) -> Record:
+    """``before`` updated with the listed survivors of every function whose mutants all ran in ``rows``:
+    the record verified.json keeps."""
+    after = {path: dict(functions) for path, functions in before.items()}
+    for row in rows:
+        functions = after.setdefault(row.path, {})
+        complete = {function_of(name) for name in row.verdicts} - {function_of(name) for name in row.names(NOT_RUN)}
+        for function in sorted(complete):
+            survived = sorted(name for name in row.equivalent if function_of(name) == function)
+            if survived:
+                functions[function] = {"hash": row.hashes[function], "survived": survived}
+            else:
+                functions.pop(function, None)
+        if not functions:
+            del after[row.path]
+    return after
+
+
+def seed_verified(mutants: Path, record: Record) -> list[str]:
+    """Give a fresh mutmut folder the recorded survivors' verdicts (0, survived) and their functions'
+    hashes, for each file mutmut has not started; mutmut drops a verdict whose function's hash differs.
+    Returns the files seeded."""
+    seeded = []
+    for path, functions in sorted(record.items()):
+        meta = mutants / f"{path}.meta"
+        if meta.exists():
+            continue
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        entry = {
+            "exit_code_by_key": {name: 0 for function in functions.values() for name in function["survived"]},
+            "hash_by_function_name": {name: function["hash"] for name, function in functions.items()},
+            "type_check_error_by_key": {},
+            "durations_by_key": {},
+            "estimated_durations_by_key": {},
+        }
+        meta.write_text(json.dumps(entry, indent=4))
+        seeded.append(path)
+    return seeded
+
+
+def read_verified(path: Path = VERIFIED) -> Record:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_verified(record: Record, path: Path = VERIFIED) -> None:
+    path.write_text(json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def report(rows: list[Row]) -> tuple[str, bool]:
@@ -144,6 +224,13 @@ def report(rows: list[Row]) -> tuple[str, bool]:
         f"| **all** | {len(total.verdicts)} | {len(total.names(CAUGHT))} | {len(total.equivalent)} "
         f"| {len(total.unlisted)} | {len(total.names(NOT_RUN))} | {score} |"
     )
+    carried = sum(len(row.carried_over) for row in rows)
+    if carried:
+        lines += [
+            "",
+            f"{carried} of the {len(total.equivalent)} equivalent mutants were not rerun: their functions are "
+            "unchanged since they survived (tests/mutation/verified.json).",
+        ]
     clean = True
     for row in rows:
         if row.unlisted:
@@ -161,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="mutmut's folder (default: mutants)")
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT, help="the list of equivalent mutants")
+    parser.add_argument("--record", action="store_true", help="if the report passes, update the verified survivors")
+    parser.add_argument("--verified", type=Path, default=VERIFIED, help="where the verified survivors are kept")
     args = parser.parse_args(argv)
     rows = read_rows(args.mutants, args.equivalent.read_text(), files_to_mutate())
     if not rows:
@@ -168,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     table, clean = report(rows)
     print(table)
+    if clean and args.record:
+        write_verified(verified(rows, read_verified(args.verified)), args.verified)
+        print(f"\nrecorded the verified survivors in {args.verified}")
     return 0 if clean else 1
 
 

@@ -98,10 +98,10 @@ FILE, F = "mhsa_helpers/softmax.py", "mhsa_helpers.softmax.x_softmax__mutmut_"
 LISTED = f"## {FILE}\n\n| `x_softmax__mutmut_2` | d | same value: r |\n"
 
 
-def write_results(folder: Path, verdicts: dict[str, int | None]) -> None:
+def write_results(folder: Path, verdicts: dict[str, int | None], hashes: dict[str, str] | None = None) -> None:
     meta = folder / f"{FILE}.meta"
-    meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"exit_code_by_key": verdicts}))
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps({"exit_code_by_key": verdicts, "hash_by_function_name": hashes or {}}))
 
 
 def test_the_score_leaves_out_the_listed_survivors_and_the_mutants_not_run(tmp_path):
@@ -145,3 +145,95 @@ def test_an_unlisted_survivor_is_named_and_fails_the_report(tmp_path, capsys):
 def test_without_results_the_report_says_to_run_mutmut_first(tmp_path, capsys):
     assert report.main(["--mutants", str(tmp_path / "none")]) == 1
     assert "run `make mutate` first" in capsys.readouterr().out
+
+
+def test_a_passing_run_records_the_survivors_of_each_function_whose_mutants_all_ran():
+    verdicts = {f"{F}1": 1, f"{F}2": 0, "mhsa_helpers.softmax.x_other__mutmut_1": None}
+    row = report.Row(FILE, verdicts, {f"{F}2"}, {"x_softmax": "abc", "x_other": "def"}, {f"{F}1": 0.1, f"{F}2": 3.0})
+    before = {
+        FILE: {"x_other": {"hash": "old", "survived": ["kept: not all of its mutants ran"]}},
+        "mhsa_helpers/heads.py": {"x_f": {"hash": "h", "survived": ["kept: no results for this file"]}},
+    }
+    assert report.verified([row], before) == {
+        FILE: {
+            "x_other": {"hash": "old", "survived": ["kept: not all of its mutants ran"]},
+            "x_softmax": {"hash": "abc", "survived": [f"{F}2"]},
+        },
+        "mhsa_helpers/heads.py": {"x_f": {"hash": "h", "survived": ["kept: no results for this file"]}},
+    }
+
+
+def test_a_function_without_survivors_any_more_leaves_the_record():
+    row = report.Row(FILE, {f"{F}1": 1, f"{F}2": 1}, set(), {"x_softmax": "abc"}, {})
+    assert report.verified([row], {FILE: {"x_softmax": {"hash": "abc", "survived": [f"{F}2"]}}}) == {}
+
+
+def test_a_fresh_folder_starts_with_the_recorded_verdicts_in_mutmuts_format(tmp_path):
+    from mutmut.mutation.data import SourceFileMutationData
+
+    record = {FILE: {"x_softmax": {"hash": "abc", "survived": [f"{F}2", f"{F}5"]}}}
+    assert report.seed_verified(tmp_path / "mutants", record) == [FILE]
+    # mutmut reads its folder relative to the working directory.
+    data = SourceFileMutationData(path=FILE)
+    data.meta_path = tmp_path / "mutants" / f"{FILE}.meta"
+    data.load()
+    assert data.exit_code_by_key == {f"{F}2": 0, f"{F}5": 0}
+    assert data.hash_by_function_name == {"x_softmax": "abc"}
+    # A folder mutmut has started on is its own: nothing is written over it.
+    assert report.seed_verified(tmp_path / "mutants", {FILE: {}}) == []
+    data.load()
+    assert data.exit_code_by_key == {f"{F}2": 0, f"{F}5": 0}
+
+
+def test_carried_over_equivalents_are_counted_and_said(tmp_path):
+    row = report.Row(FILE, {f"{F}1": 1, f"{F}2": 0, f"{F}3": 0}, {f"{F}2", f"{F}3"}, {}, {f"{F}1": 0.1, f"{F}3": 2.0})
+    assert row.carried_over == [f"{F}2"]
+    table, clean = report.report([row])
+    assert clean and "1 of the 2 equivalent mutants were not rerun" in table
+
+
+def test_the_recorded_survivors_are_listed_as_equivalent():
+    listed = set().union(*report.listed_equivalents(LIST).values())
+    recorded = report.read_verified()
+    assert recorded, "tests/mutation/verified.json records no survivor: run `make mutation-report RECORD=1`"
+    for path, functions in recorded.items():
+        assert path in report.files_to_mutate()
+        for function, entry in functions.items():
+            assert all(report.function_of(name) == function for name in entry["survived"])
+            assert set(entry["survived"]) <= listed, sorted(set(entry["survived"]) - listed)
+
+
+def test_the_survivors_are_recorded_only_when_the_report_passes(tmp_path):
+    write_results(tmp_path, {f"{F}1": 1, f"{F}2": 0}, {"x_softmax": "abc"})
+    listed, record = tmp_path / "EQUIVALENT.md", tmp_path / "verified.json"
+    listed.write_text(f"## {FILE}\n")
+    arguments = ["--mutants", str(tmp_path), "--equivalent", str(listed), "--verified", str(record), "--record"]
+    assert report.main(arguments) == 1 and not record.exists()
+    listed.write_text(LISTED)
+    assert report.main(arguments) == 0
+    assert report.read_verified(record) == {FILE: {"x_softmax": {"hash": "abc", "survived": [f"{F}2"]}}}
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_mutmut_keeps_a_carried_over_verdict_only_while_the_function_is_unchanged(tmp_path, monkeypatch, changed):
+    from mutmut import configuration
+    from mutmut.__main__ import create_mutants_for_file
+    from mutmut.mutation.file_mutation import compute_function_hashes
+
+    (tmp_path / "pkg").mkdir()
+    source = "def f(a, b):\n    return a + 2 * b\n"
+    (tmp_path / "pkg" / "m.py").write_text(source)
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pkg"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(configuration, "_config", None)  # mutmut reads pyproject.toml once per process
+    record = {
+        "pkg/m.py": {"x_f": {"hash": compute_function_hashes(source)["x_f"], "survived": ["pkg.m.x_f__mutmut_1"]}}
+    }
+    if changed:
+        (tmp_path / "pkg" / "m.py").write_text("def f(a, b):\n    return a + 3 * b\n")
+    report.seed_verified(Path("mutants"), record)
+    create_mutants_for_file(Path("pkg/m.py"), Path("mutants/pkg/m.py"))
+    verdicts = json.loads(Path("mutants/pkg/m.py.meta").read_text())["exit_code_by_key"]
+    assert len(verdicts) > 1  # f has several mutants; only the recorded one may keep a verdict
+    assert verdicts.pop("pkg.m.x_f__mutmut_1") == (None if changed else 0)
+    assert set(verdicts.values()) == {None}

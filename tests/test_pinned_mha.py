@@ -234,3 +234,15 @@ def test_functional_uses_its_mask_and_rope_convention_like_the_module():
         module, weights = _module_and_weights(rope=True, rope_convention=convention)
         got = multi_head_self_attention(x, *weights, num_heads=2, rope_base=10000.0, rope_convention=convention)
         torch.testing.assert_close(got, module(x))
+
+
+def test_an_unbatched_input_streams_through_a_cache_of_slots_like_a_batch_of_one():
+    # With rope_positions="cache" the keys are rotated by their slot, counted along the keys' sequence axis,
+    # which is axis -2 whether or not there is a batch axis.
+    torch.manual_seed(0)
+    attn = MultiHeadSelfAttention(8, 2, causal=True, rope=True).eval()
+    x = torch.randn(6, 8)
+    batched, unbatched = (SlidingWindowCache(window=3, sinks=1, rope_positions="cache") for _ in range(2))
+    for t in range(6):  # one token at a time, past the window: 1, 2, 3, 3, 3, 3 keys held
+        torch.testing.assert_close(attn(x[t : t + 1], cache=unbatched), attn(x[None, t : t + 1], cache=batched)[0])
+    assert unbatched.keys.shape == batched.keys.shape[1:] == (2, 3, 4)  # (kv_heads, window, d_head)
