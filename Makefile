@@ -142,7 +142,8 @@ bench-model: setup
 # Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
 # on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can
 # kill are listed, with the reason, in tests/mutation/EQUIVALENT.md, and carried over between fresh
-# runs while their function is unchanged (tests/mutation/verified.json; MUTANTS=--rerun-equivalents).
+# runs while their function is unchanged (tests/mutation/verified.json; `make clean` then
+# MUTANTS=--rerun-equivalents runs them again).
 MUTANTS ?=
 mutate: setup
 	env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MHSA_TEST_THREADS=1 MPLBACKEND=Agg \

@@ -1,4 +1,4 @@
-"""`make mutate`: mutation testing of the core with mutmut 3, one worker at a time.
+"""`make mutate`: mutation testing of the core with mutmut 3, one worker per core.
 
 mutmut copies the package to ``mutants/``, writes every mutant of every function into that
 copy behind a switch, runs the selected tests once to record which tests call which
@@ -22,7 +22,8 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
 
 A fresh run starts with the verdicts of the equivalent mutants recorded in
 tests/mutation/verified.json (see scripts/mutation_report.py), which mutmut keeps only for functions
-whose code is unchanged; ``--rerun-equivalents`` runs them all again.
+whose code is unchanged; ``--rerun-equivalents`` runs them all again (from an empty ``mutants/``,
+e.g. after ``make clean``: mutmut keeps the verdicts of its own earlier runs too).
 
 Usage: ``python scripts/mutate.py [--rerun-equivalents] [mutmut run arguments]``, e.g. ``"mhsa_helpers.block.*"``
 to mutate one module's functions only. Survivors that cannot be killed are listed, each with

@@ -107,15 +107,15 @@ def write_results(folder: Path, verdicts: dict[str, int | None], hashes: dict[st
 def test_the_score_leaves_out_the_listed_survivors_and_the_mutants_not_run(tmp_path):
     # 1 killed, 1 timed out (caught), 1 listed survivor, 1 not run, 1 unlisted survivor.
     write_results(tmp_path, {f"{F}{i}": code for i, code in enumerate([1, 36, 0, None, 0, 0], start=1)})
-    listed = LISTED + "| `x_softmax__mutmut_6` | d | same value: r |\n"
+    listed = LISTED + "| `x_softmax__mutmut_6`, `_9` | d | same value: r |\n"
     # A file without results (attention) gets no row.
     [row] = report.read_rows(tmp_path, listed, [FILE, "mhsa_helpers/attention.py"])
     assert row.names(report.CAUGHT) == [f"{F}1", f"{F}2"]
     assert row.names(report.NOT_RUN) == [f"{F}4"]
     assert row.equivalent == [f"{F}6"]
     assert row.unlisted == [f"{F}3", f"{F}5"]
-    # Listed, but the timed-out _2 was caught: the entry is stale.
-    assert row.stale == [f"{F}2"]
+    # Listed, but the timed-out _2 was caught, and there is no _9: both entries are stale.
+    assert row.stale == [f"{F}2", f"{F}9"]
     assert row.score == pytest.approx(2 / 4)  # 6 mutants, 1 not run, 1 equivalent
 
 
