@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutmut.stats import status_by_exit_code
+
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT = ROOT / "tests" / "mutation" / "EQUIVALENT.md"
 VERIFIED = ROOT / "tests" / "mutation" / "verified.json"
@@ -45,10 +47,17 @@ MUTATED_FILES = (
     "mhsa_helpers/teaching/checking.py",
 )  # besides the core, mhsa_helpers/*.py; scripts/mutate.py imports this
 
-# mutmut's exit codes (mutmut.stats.status_by_exit_code), grouped as the score counts them.
-CAUGHT: set[int | None] = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # a test failed, the run timed out or crashed
-ALIVE: set[int | None] = {0, 5, 33, 35}  # every test passed, or no test reaches the function
-NOT_RUN: set[int | None] = {None, 2, 34}  # not checked yet, interrupted, or skipped
+
+def exit_codes(*statuses: str) -> set[int | None]:
+    """mutmut's exit codes that it reports with one of ``statuses`` (its own table, mutmut.stats)."""
+    return {code for code, status in status_by_exit_code.items() if status in statuses}
+
+
+# Grouped as the score counts them: a test failed, the run timed out or crashed; every test passed, or none
+# reaches the function; not checked yet, interrupted, or skipped.
+CAUGHT = exit_codes("killed", "timeout", "caught by type check", "segfault")
+ALIVE = exit_codes("survived", "no tests", "suspicious")
+NOT_RUN = exit_codes("not checked", "check was interrupted by user", "skipped")
 
 SECTION = re.compile(r"^## (\S+\.py)\s*$")
 NAME = re.compile(r"`([^`]+)`")
@@ -211,19 +220,14 @@ def report(rows: list[Row]) -> tuple[str, bool]:
         "| module | mutants | killed | equivalent | alive, not listed | not run | score |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in rows:
+    total = Row("**all**", {name: code for row in rows for name, code in row.verdicts.items()})
+    total.listed = {name for row in rows for name in row.listed}
+    for row in [*rows, total]:
         score = "-" if row.score is None else f"{100 * row.score:.1f}%"
         lines.append(
             f"| {row.path} | {len(row.verdicts)} | {len(row.names(CAUGHT))} | {len(row.equivalent)} "
             f"| {len(row.unlisted)} | {len(row.names(NOT_RUN))} | {score} |"
         )
-    total = Row("all", {name: code for row in rows for name, code in row.verdicts.items()})
-    total.listed = {name for row in rows for name in row.listed}
-    score = "-" if total.score is None else f"{100 * total.score:.1f}%"
-    lines.append(
-        f"| **all** | {len(total.verdicts)} | {len(total.names(CAUGHT))} | {len(total.equivalent)} "
-        f"| {len(total.unlisted)} | {len(total.names(NOT_RUN))} | {score} |"
-    )
     carried = sum(len(row.carried_over) for row in rows)
     if carried:
         lines += [
