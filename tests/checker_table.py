@@ -42,11 +42,14 @@ def table_tests(checkers: dict[str, tuple[Any, Any, Any]], listed: list[tuple[st
 
     @pytest.mark.parametrize(("name", "mistake", "expected"), listed, ids=[f"{n}-{e}" for n, _, e in listed])
     def test_listed_mistakes_are_named(name, mistake, expected):
+        """The first attempt is told the symptom, without the mistake's name; the same answer again is named."""
         checker, _, _ = checkers[name]
         result = checker(mistake, verbose=False)
         assert result.status == "misconception", result.message
         assert result.misconception == expected
-        assert expected in result.message
+        assert result.message == result.symptom and expected not in result.message
+        again = checker(mistake, verbose=False)
+        assert again.message == again.diagnosis and expected in again.message
 
     @pytest.mark.parametrize(
         ("name", "misconception"), misconceptions, ids=[f"{n}-{m.name}" for n, m in misconceptions]
@@ -58,7 +61,9 @@ def table_tests(checkers: dict[str, tuple[Any, Any, Any]], listed: list[tuple[st
         result = checker(misconception.implementation, verbose=False)
         assert result.status == "misconception", result.message
         assert result.misconception == misconception.name
-        assert misconception.hint in result.message
+        assert misconception.hint in result.diagnosis and misconception.hint not in result.message
+        if misconception.fix:  # the fix only on request
+            assert misconception.fix in result.fix and misconception.fix not in result.message + result.diagnosis
 
     @pytest.mark.parametrize("name", names)
     def test_unknown_wrong_answer_is_incorrect(name):
@@ -106,8 +111,10 @@ def catalogue_tests(catalogue: list[Any], label: str) -> tuple[Callable, ...]:
         assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"
         if wrong.named is not None:
             assert result.status == "misconception" and result.misconception == wrong.named, result.message
+        if result.diagnosis:  # a diagnosed mistake is named on a repeat, never on the first attempt
+            assert result.message == result.symptom and result.misconception not in result.message
         for words in wrong.says:
-            assert words in result.message, result.message
+            assert words in (result.diagnosis or result.message), result.diagnosis or result.message
 
     @pytest.mark.filterwarnings("ignore:The use of `x.T`")
     def test_the_catalogue_is_counted(capsys):

@@ -15,6 +15,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from mhsa_helpers.teaching import feedback
+
 # The tests run thousands of tiny ops; on a busy 2-core machine PyTorch's thread pool
 # makes each one up to 50x slower (threads spin waiting for each other) and buys nothing.
 torch.set_num_threads(int(os.environ.get("MHSA_TEST_THREADS", "1")))
@@ -36,6 +38,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def fresh_feedback():
+    """Each test starts as a fresh kernel does: no exercise has seen an attempt or a hint yet."""
+    feedback.forget()
+    yield
+    feedback.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -5,12 +5,28 @@ with the package's reference, and — when they differ — with a list of known 
 implementations, so it can *name* the misconception ("scaled by d_k instead of
 sqrt(d_k)") instead of only saying "wrong".
 
-How outputs are compared (:func:`check_function`):
+How a check runs (:func:`check_function`):
 
-* values within ``atol``/``rtol``, after promoting both sides to a common dtype, so a
-  float32 answer may match a float64 reference;
-* whole numbers (a Python ``int`` reference, or an integer tensor) are compared exactly: no
-  tolerance, so one token or one byte too many is a difference at any size. A numpy or 0-d
+* **in a fixed state**: gradients on, the default dtype float32, a private random generator and one
+  thread, whatever the notebook set; the notebook's own settings are back when the check ends;
+* **the reference first**, then the learner, each call on its own copies of the case. Any change the
+  learner's code makes to PyTorch's global settings (grad mode, default dtype, random generator, threads)
+  is undone after the call and *named*: the answer is not yet right;
+* **on the teaching cases and on cases drawn at random** (``draw``) from a generator seeded by the
+  answer's own code, so the same answer always meets the same cases (a committed notebook stays
+  exact) and a changed answer meets new ones: other sizes, a batch, float32 as well as float64,
+  inputs that require grad and calls under ``torch.no_grad()``. An answer fitted to the teaching cases
+  meets cases it was not fitted to; the message describes the case, and ``result.case`` holds it;
+* **every property probe** (a :class:`Misconception` with ``always=True``) runs on every answer, even one
+  that matches on every case, and rejects it when it shows the symptom.
+
+How outputs are compared:
+
+* values within ``atol``/``rtol``; the tolerance follows the precision the answer computed in: a float32
+  result (or a float64 one carrying float32 rounding) is compared at float32's precision, and said so;
+  for float32 inputs the result must be float32 too;
+* whole numbers (a Python ``int`` reference, or an integer tensor) are compared exactly, and an integer
+  tensor only matches an integer tensor: tokens returned as floats are not tokens. A numpy or 0-d
   tensor whole number is as good as a Python ``int``;
 * NaN is an ordinary value: NaN must sit exactly where the other side has NaN. A
   misconception that produces NaN (softmax over a row of ``-inf``, ``exp``
@@ -19,6 +35,11 @@ How outputs are compared (:func:`check_function`):
 * the structure must match: a bare tensor where the reference returns one (a one-tuple
   ``(x,)`` or ``[x]`` is not a tensor), the same number of outputs where it returns several,
   and every output is compared (the message names each one that differs).
+
+What the learner is told (:mod:`~mhsa_helpers.teaching.feedback`): the symptom of a mistake first (which
+case, what differs, where to look), its name and idea when the same mistake comes again, and its fix only
+on request (``result.hint()``, ``result.reveal()``). A debugging exercise handed back unchanged (``original``)
+is told so, and nothing more.
 
 What the learner's function may not do:
 
@@ -44,6 +65,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import hashlib
 import inspect
 import linecache
 import math
@@ -56,12 +78,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
 import torch
+
+from . import feedback
 
 __all__ = [
     "IN_PLACE",
@@ -94,11 +118,19 @@ class _TimeLimitReached(BaseException):
 
 @dataclass(frozen=True)
 class Case:
-    """One set of arguments for the learner's function, with a short description."""
+    """One set of arguments for the learner's function, with a short description.
+
+    A case drawn at random may also say how it is called: ``dtype`` (float32, say) converts every
+    floating tensor argument before the learner's call, while the reference computes in float64 on the
+    same rounded numbers and its result is converted back; ``requires_grad`` makes those arguments
+    require grad; ``no_grad`` makes the call under ``torch.no_grad()``."""
 
     args: tuple
     kwargs: dict = field(default_factory=dict)
     description: str = ""
+    dtype: torch.dtype | None = None
+    requires_grad: bool = False
+    no_grad: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,26 +143,50 @@ class Misconception:
     the answer shows the mistake's symptom. With both, both must agree (a probe then tells apart
     two mistakes that give the same numbers on the cases); with ``implementation=None`` the
     symptom alone names it, after no exact match was found (so close variants of a mistake, e.g.
-    filling with -1e4 instead of adding -10000, are named too)."""
+    filling with -1e4 instead of adding -10000, are named too).
+
+    What the learner is told, attempt by attempt: ``symptom`` first (what the answer does, without
+    naming the mistake), then ``name`` with ``hint`` (the idea behind it), and ``fix`` only on request.
+
+    ``always=True`` makes ``detect`` a property every right answer has: it runs on every answer, even
+    one that gives the reference's numbers on every case, and rejects the answer when it finds the
+    symptom (a finite fill that works on ordinary scores, a mask that lets the future in only when
+    a later token changes)."""
 
     name: str
     implementation: Callable[..., Any] | None
     hint: str
     detect: Callable[[Callable[..., Any]], bool] | None = None
+    fix: str = ""
+    symptom: str = ""
+    always: bool = False
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What a checker found. ``status`` is ``"correct"``, ``"not_attempted"``,
-    ``"misconception"`` (then ``misconception`` names it), ``"incorrect"`` or ``"error"``.
-    ``shortcuts`` lists the functions the learner called that do what the exercise asks
-    them to write (noted in the message, never a failure)."""
+    """What a checker found. ``status`` is ``"correct"``, ``"not_attempted"``, ``"original"`` (a debugging
+    exercise handed back unchanged), ``"misconception"`` (then ``misconception`` names it),
+    ``"incorrect"`` or ``"error"``. ``shortcuts`` lists the functions the learner called that do what the
+    exercise asks them to write (noted in the message, never a failure).
+
+    ``message`` is what was printed. A wrong answer also carries the next rungs of feedback:
+    ``symptom`` (what differs and where), ``diagnosis`` (the mistake named, with its idea) and ``fix``,
+    printed by :meth:`hint` (one rung at a time) and :meth:`reveal` (the fix at once); ``case`` is the
+    case that showed it (call your function on ``result.case.args``), ``got`` what the answer gave there and
+    ``expected`` what the reference gives."""
 
     exercise: str
     status: str
     message: str
     misconception: str | None = None
     shortcuts: tuple[str, ...] = ()
+    symptom: str = ""
+    diagnosis: str = ""
+    fix: str = ""
+    case: Case | None = None
+    expected: Any = None
+    got: Any = None
+    key: str = ""
 
     @property
     def correct(self) -> bool:
@@ -138,6 +194,34 @@ class CheckResult:
 
     def __str__(self) -> str:
         return self.message
+
+    def hint(self) -> None:
+        """Print the next rung of feedback not yet shown for this mistake: its symptom, then its name and
+        the idea behind it, then the fix."""
+        if self.status in ("correct", "not_attempted", "error") or not self.key:
+            print(
+                {
+                    "correct": f"[{self.exercise}] nothing to hint: your answer is correct.",
+                    "not_attempted": f"[{self.exercise}] start from the hints under the exercise, then run the check.",
+                }.get(self.status, f"[{self.exercise}] {self.message.split('] ', 1)[-1]}")
+            )
+            return
+        if not feedback.seen_before(self.exercise, self.key):
+            feedback.seen(self.exercise, self.key)
+            print(self.symptom)
+        elif self.diagnosis and not feedback.named_before(self.exercise, self.key):
+            feedback.mark_named(self.exercise, self.key, "hint")
+            print(self.diagnosis)
+        else:
+            self.reveal()
+
+    def reveal(self) -> None:
+        """Print the fix of this answer's mistake (or the value of a prediction)."""
+        if self.status in ("correct", "not_attempted") or not self.key:
+            self.hint()
+            return
+        feedback.mark_named(self.exercise, self.key, "reveal")
+        print(self.fix or f"[{self.exercise}] {self.diagnosis.split('] ', 1)[-1] or self.symptom.split('] ', 1)[-1]}")
 
 
 def random_tensor(generator: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -207,8 +291,24 @@ def _as_numbers(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
 
 
-def _tensor_difference(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise how they differ (never "differ by 0")."""
+#: Floating dtypes with less precision than float64: a result in one of them is compared at float32's
+#: precision, ``LOW_PRECISION_RTOL`` and ``LOW_PRECISION_ATOL`` times the largest expected magnitude (at least 1).
+_LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16)
+LOW_PRECISION_RTOL = 1e-3
+LOW_PRECISION_ATOL = 1e-4
+
+
+def _low_precision_tolerance(expected: torch.Tensor, atol: float, rtol: float) -> tuple[float, float]:
+    finite = expected.detach()[torch.isfinite(expected.detach())] if expected.numel() else expected.detach()
+    scale = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+    return max(atol, LOW_PRECISION_ATOL * scale), max(rtol, LOW_PRECISION_RTOL)
+
+
+def _tensor_difference(
+    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, low_precision: bool = False
+) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise how they differ (never "differ by 0"). A result in
+    a low-precision dtype (or any, with ``low_precision``) is compared at float32's precision."""
     if got.shape != expected.shape:
         # Shapes are shown only when they differ: "got shape (3, 4), expected shape (3, 4)" helps nobody.
         return f"got shape {tuple(got.shape)}, expected shape {tuple(expected.shape)}"
@@ -219,9 +319,19 @@ def _tensor_difference(got: torch.Tensor, expected: torch.Tensor, atol: float, r
     elif _is_bool(expected):
         if torch.equal(got, expected):
             return None
+    elif _is_integer_tensor(expected) and not _is_integer_tensor(got):
+        # Tokens, counts and indices are whole numbers: 3.0 in a float tensor is not an index.
+        details.append(f"returned dtype {got.dtype}, expected whole numbers ({expected.dtype})")
+    elif expected.dtype in _LOW_PRECISION and got.dtype == torch.float64:
+        details.append(
+            f"returned dtype {got.dtype} for {expected.dtype} inputs: compute in the dtype of the inputs "
+            "(a tensor you make takes dtype=x.dtype)"
+        )
     else:
         common = torch.promote_types(got.dtype, expected.dtype)
         exact = _is_integer_tensor(expected)  # whole numbers: no tolerance
+        if not exact and (low_precision or got.dtype in _LOW_PRECISION or expected.dtype in _LOW_PRECISION):
+            atol, rtol = _low_precision_tolerance(expected, atol, rtol)
         g, e = got.detach().to(common), expected.detach().to(common)
         same = torch.equal(g, e) if exact else torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True)
         if same:
@@ -257,13 +367,13 @@ def _number_difference(got: Any, expected: Any, atol: float, rtol: float) -> str
     return f"returned {have_f:.6g}, expected {want_f:.6g}"
 
 
-def _one_difference(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+def _one_difference(got: Any, expected: Any, atol: float, rtol: float, low_precision: bool = False) -> str | None:
     if isinstance(expected, torch.Tensor) and not (expected.ndim == 0 and _is_number(got)):
         if isinstance(got, (tuple, list)) and len(got) == 1 and isinstance(got[0], torch.Tensor):
             return f"returned {_describe(got)}; return the tensor itself"
         if not isinstance(got, torch.Tensor):
             return f"expected a tensor, got {_describe(got)}"
-        return _tensor_difference(got, expected, atol, rtol)
+        return _tensor_difference(got, expected, atol, rtol, low_precision)
     if _is_number(expected):
         return _number_difference(got, expected, atol, rtol)
     try:
@@ -277,10 +387,13 @@ def _output_name(index: int, names: Sequence[str]) -> str:
     return f"output {index + 1} ({names[index]})" if index < len(names) else f"output {index + 1}"
 
 
-def _difference(got: Any, expected: Any, atol: float, rtol: float, names: Sequence[str] = ()) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise what differs, naming each output that does."""
+def _difference(
+    got: Any, expected: Any, atol: float, rtol: float, names: Sequence[str] = (), low_precision: bool = False
+) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise what differs, naming each output that does. With
+    ``low_precision`` tensors are compared at float32's precision."""
     if not isinstance(expected, (tuple, list)):
-        return _one_difference(got, expected, atol, rtol)
+        return _one_difference(got, expected, atol, rtol, low_precision)
     listed = ", ".join(names[: len(expected)])
     wanted = f"{len(expected)} outputs" + (f" ({listed})" if listed else "")
     if not isinstance(got, (tuple, list)):
@@ -293,7 +406,7 @@ def _difference(got: Any, expected: Any, atol: float, rtol: float, names: Sequen
         return f"returned {len(got)} output{'s' if len(got) != 1 else ''}, expected {wanted}: {missing} missing"
     parts = []
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        detail = _one_difference(g, e, atol, rtol)
+        detail = _one_difference(g, e, atol, rtol, low_precision)
         if detail is not None:
             parts.append(f"{_output_name(i, names)}: {detail}")
     if not parts:
@@ -472,10 +585,13 @@ def _call_with_time_limit(
         elif event == "return" and stack and stack[-1] is frame:
             stack.pop()
 
+    grad = torch.is_grad_enabled()  # grad mode is per thread: the worker gets the caller's
+
     def run() -> None:
         sys.setprofile(follow)
         try:
-            box["value"] = function(*args, **kwargs)
+            with torch.set_grad_enabled(grad):
+                box["value"] = function(*args, **kwargs)
         except BaseException as exc:  # handed back to the caller's thread below
             box["error"] = exc
         finally:
@@ -499,8 +615,217 @@ def _fresh(value: Any) -> Any:
         return value
 
 
+def _converted(value: Any, dtype: torch.dtype | None, requires_grad: bool) -> Any:
+    """``value`` with its floating tensors (also inside a tuple or list) in ``dtype`` and requiring grad."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        tensor = value.detach().to(dtype or value.dtype)
+        return tensor.requires_grad_() if requires_grad else tensor
+    if isinstance(value, (tuple, list)):
+        return type(value)(_converted(v, dtype, requires_grad) for v in value)
+    return value
+
+
+def _arguments(case: Case, *, reference: bool = False) -> tuple[tuple, dict]:
+    """Fresh copies of the case's arguments, as the learner gets them (in the case's dtype, requiring grad
+    when it says so) or, with ``reference``, as the reference gets them: the same numbers in float64."""
+    args, kwargs = _fresh(case.args), _fresh(case.kwargs)
+    if case.dtype is None and not case.requires_grad:
+        return args, kwargs
+
+    def convert(value: Any) -> Any:
+        value = _converted(value, case.dtype, not reference and case.requires_grad)
+        return _converted(value, torch.float64, False) if reference and case.dtype is not None else value
+
+    return tuple(convert(a) for a in args), {k: convert(v) for k, v in kwargs.items()}
+
+
+def _as_floats_of(value: Any, dtype: torch.dtype) -> Any:
+    """``value``'s floating tensors (also inside a tuple or list) in ``dtype``."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.detach().to(dtype)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_as_floats_of(v, dtype) for v in value)
+    return value
+
+
+def _expected(function: Callable[..., Any], case: Case) -> Any:
+    """What ``function`` (the reference, or a known mistake) gives on ``case``: computed in float64 on the
+    numbers the learner gets, then converted to the case's dtype."""
+    args, kwargs = _arguments(case, reference=True)
+    with torch.no_grad() if case.no_grad else nullcontext():
+        value = function(*args, **kwargs)
+    return value if case.dtype is None else _as_floats_of(value, case.dtype)
+
+
 def _call(function: Callable[..., Any], case: Case) -> Any:
     return function(*_fresh(case.args), **_fresh(case.kwargs))
+
+
+# ------------------------------------------------------------------ the notebook's settings, kept apart
+
+
+#: The misconception name of an answer that changed PyTorch's global settings.
+STATE_CHANGED = "changed the notebook's global PyTorch settings"
+
+#: What each global setting a learner's function may change is called, and what to do instead.
+STATE_ADVICE = {
+    "grad": (
+        "turned gradients off for the rest of the notebook (`torch.set_grad_enabled(False)`)",
+        "where no gradient is needed, put those lines under `with torch.no_grad():`, which ends with its block",
+    ),
+    "dtype": (
+        "changed the default dtype for the rest of the notebook (`torch.set_default_dtype`)",
+        "make new tensors in the dtype of the inputs (`dtype=x.dtype`) instead",
+    ),
+    "rng": (
+        "used or reset PyTorch's global random generator (`torch.manual_seed`, a random draw, dropout)",
+        "this function needs no random numbers: leave the notebook's generator alone",
+    ),
+    "threads": (
+        "changed how many threads PyTorch uses (`torch.set_num_threads`)",
+        "leave the number of threads to the notebook",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """PyTorch's global settings that code can change behind a caller's back."""
+
+    grad: bool
+    dtype: torch.dtype
+    threads: int
+    rng: torch.Tensor
+
+    @classmethod
+    def now(cls) -> _Settings:
+        return cls(torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_num_threads(), torch.get_rng_state())
+
+    def restore(self) -> list[str]:
+        """Put these settings back; the names (keys of :data:`STATE_ADVICE`) of those that had changed."""
+        changed = []
+        if torch.is_grad_enabled() != self.grad:
+            changed.append("grad")
+            torch.set_grad_enabled(self.grad)
+        if torch.get_default_dtype() != self.dtype:
+            changed.append("dtype")
+            torch.set_default_dtype(self.dtype)
+        if torch.get_num_threads() != self.threads:
+            changed.append("threads")
+            torch.set_num_threads(self.threads)
+        if not torch.equal(torch.get_rng_state(), self.rng):
+            changed.append("rng")
+            torch.set_rng_state(self.rng)
+        return changed
+
+
+@contextmanager
+def checking_state() -> Iterator[None]:
+    """The state every check runs in, whatever the notebook set: gradients on, the default dtype float32,
+    one thread (hundreds of tiny tensors run faster so) and the global random generator seeded with 0.
+    The notebook's own settings, random state included, are back when the block ends."""
+    saved = _Settings.now()
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    try:
+        yield
+    finally:
+        saved.restore()
+
+
+@contextmanager
+def watching_settings(changes: list[str], *, ignore: Sequence[str] = ()) -> Iterator[None]:
+    """Undo, when the block ends, any change the code in it made to PyTorch's global settings, and add the
+    names of those settings (keys of :data:`STATE_ADVICE`, not in ``ignore``) to ``changes``."""
+    settings = _Settings.now()
+    try:
+        yield
+    finally:
+        for name in settings.restore():
+            if name not in changes and name not in ignore:
+                changes.append(name)
+
+
+def _state_changed(exercise: str, changes: Sequence[str]) -> CheckResult:
+    done = " and ".join(STATE_ADVICE[name][0] for name in changes)
+    advice = "; ".join(STATE_ADVICE[name][1] for name in changes)
+    return CheckResult(
+        exercise,
+        "misconception",
+        f"[{exercise}] not yet: your code {done}. The checker put {'it' if len(changes) == 1 else 'them'} back; "
+        f"{advice}.",
+        misconception=STATE_CHANGED,
+    )
+
+
+# ------------------------------------------------------------------ cases drawn for the answer
+
+
+def _code_text(code: CodeType) -> str:
+    consts = [_code_text(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts]
+    return code.co_code.hex() + "|".join(consts) + "|".join(code.co_names)
+
+
+def answer_seed(learner: Callable[..., Any]) -> int:
+    """A seed made from the learner's own code (its source, or its compiled code where there is no
+    source): the same answer always draws the same cases, an answer changed in any way draws others."""
+    function: Any = learner
+    for _ in range(20):
+        inner = getattr(function, "__wrapped__", None) or getattr(function, "func", None)
+        if not callable(inner):
+            break
+        function = inner
+    target = type(function) if isinstance(function, torch.nn.Module) else function
+    try:
+        text = inspect.getsource(target)
+    except (OSError, TypeError):
+        code = getattr(getattr(target, "__func__", target), "__code__", None)
+        text = _code_text(code) if isinstance(code, CodeType) else getattr(target, "__qualname__", repr(type(target)))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+#: How the cases drawn for an answer are called, in turn (those with floating tensors): as drawn; in float32
+#: with inputs that require grad; under torch.no_grad(); in float32.
+_VARIANTS = (
+    {},
+    {"dtype": torch.float32, "requires_grad": True},
+    {"no_grad": True},
+    {"dtype": torch.float32},
+)
+
+
+def _has_floats(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    return isinstance(value, (tuple, list)) and any(_has_floats(v) for v in value)
+
+
+def _variant(case: Case, index: int) -> Case:
+    if not any(_has_floats(v) for v in (*case.args, *case.kwargs.values())):
+        return case
+    how = _VARIANTS[index % len(_VARIANTS)]
+    said = [
+        text
+        for key, text in (
+            ("dtype", "float32"),
+            ("requires_grad", "inputs that require grad"),
+            ("no_grad", "under torch.no_grad()"),
+        )
+        if how.get(key)
+    ]
+    described = case.description + (f", {', '.join(said)}" if said else "")
+    return replace(case, description=described, **how)
+
+
+def drawn_cases(draw: Callable[[torch.Generator], Sequence[Case]] | None, learner: Callable[..., Any]) -> list[Case]:
+    """The cases ``draw`` makes from a generator seeded by :func:`answer_seed`, each called in one of the
+    ways of :data:`_VARIANTS` in turn."""
+    if draw is None:
+        return []
+    generator = torch.Generator().manual_seed(answer_seed(learner))
+    return [_variant(case, i) for i, case in enumerate(draw(generator))]
 
 
 def _tensors_of(value: Any, depth: int = 0) -> list[tuple[str, Any]]:
@@ -582,25 +907,29 @@ class _ChangedArgument(Exception):
 
 @dataclass
 class _Run:
-    """Runs the learner on fresh copies of a case, with the time limit, and checks its arguments."""
+    """Runs the learner on fresh copies of a case, with the time limit, and checks its arguments; the changes
+    the learner's code made to PyTorch's global settings are undone after each call and listed in ``changes``."""
 
     learner: Callable[..., Any]
+    changes: list[str] = field(default_factory=list)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.case(Case(args, kwargs))
 
     def case(self, case: Case) -> Any:
-        args, kwargs = _fresh(case.args), _fresh(case.kwargs)
-        result = _call_with_time_limit(self.learner, args, kwargs, self.learner)
+        before, before_kwargs = _arguments(case)
+        args, kwargs = _arguments(case)
+        with torch.no_grad() if case.no_grad else nullcontext(), watching_settings(self.changes):
+            result = _call_with_time_limit(self.learner, args, kwargs, self.learner)
         names = _parameter_names(self.learner)
-        for i, (before, after) in enumerate(zip(case.args, args, strict=True)):
-            part = _changed_part(before, after)
+        for i, (old, new) in enumerate(zip(before, args, strict=True)):
+            part = _changed_part(old, new)
             if part is not None:
-                raise _ChangedArgument(names[i] if i < len(names) else f"number {i + 1}", part, before, after)
-        for key, before in case.kwargs.items():
-            part = _changed_part(before, kwargs[key])
+                raise _ChangedArgument(names[i] if i < len(names) else f"number {i + 1}", part, old, new)
+        for key, old in before_kwargs.items():
+            part = _changed_part(old, kwargs[key])
             if part is not None:
-                raise _ChangedArgument(key, part, before, kwargs[key])
+                raise _ChangedArgument(key, part, old, kwargs[key])
         return result
 
 
@@ -708,14 +1037,22 @@ def check_function(
     rtol: float = 1e-4,
     output_names: Sequence[str] = (),
     shortcuts: Sequence[str] = (),
+    draw: Callable[[torch.Generator], Sequence[Case]] | None = None,
+    original: Callable[..., Any] | None = None,
     verbose: bool = True,
 ) -> CheckResult:
     """Run ``learner`` on every case and compare with ``reference``.
 
-    The first case that differs is compared with each misconception; those that reproduce the
-    learner's output *on every case* (and whose ``detect`` probe, if any, agrees) are named -- all
-    of them, when several fit. Misconceptions known only by a symptom (``implementation=None``)
-    are tried when none fits exactly.
+    ``cases`` are the teaching cases the messages name; ``draw(generator)``, when given, makes further
+    cases from a generator seeded by the answer's own code (:func:`answer_seed`), each called as drawn, in
+    float32 with inputs that require grad, under ``torch.no_grad()`` or in float32, in turn. The check runs
+    in :func:`checking_state`; the reference runs first.
+
+    A wrong answer is compared with each misconception; those that reproduce the learner's output *on
+    every case* (and whose ``detect`` probe, if any, agrees) fit -- all of them are named, when several
+    fit. Misconceptions known only by a symptom (``implementation=None``) are tried when none fits
+    exactly. An answer right on every case must still pass every ``always`` probe. What is printed
+    escalates (:mod:`~mhsa_helpers.teaching.feedback`): the symptom first, the name on a repeat.
 
     When the learner's function *raises* on some case, it is run again on
     ``square_cases`` — inputs whose axes all have the same length. A layout or
@@ -723,46 +1060,62 @@ def check_function(
     ones; if the outputs there match a misconception, that misconception is named
     together with the crash.
 
-    ``output_names`` names the outputs of a function that returns several (the message says which
-    differs); ``shortcuts`` are names of torch or package functions that do what the exercise asks
-    the learner to write: a call of one is noted in the message, without failing the answer.
+    ``original`` is the code a debugging exercise hands out: an answer giving its outputs on every case
+    is told it is still the original, and nothing more. ``output_names`` names the outputs of a function
+    that returns several (the message says which differs); ``shortcuts`` are names of torch or package
+    functions that do what the exercise asks the learner to write: a call of one is noted in the
+    message, without failing the answer.
 
     Prints the result's message when ``verbose`` and returns the :class:`CheckResult`.
     """
     if not callable(learner):
         raise TypeError(f"learner must be a function, got {type(learner).__name__}")
     used: list[str] = []
-    result = _check(exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts, used)
-    if result.status == "error" and square_cases:
-        runnable = [case for case in square_cases if _runs(learner, case)]
-        if runnable:
-            square = _check(exercise, learner, reference, runnable, misconceptions, atol, rtol, output_names)
-            if square.status == "misconception":
-                crash = result.message.split("] ", 1)[-1]
-                result = CheckResult(
-                    exercise,
-                    "misconception",
-                    f"{square.message} (On rectangular inputs {crash}; on square inputs, where every "
-                    f"axis has the same length, the same mistake runs without an error and gives wrong numbers.)",
-                    misconception=square.misconception,
-                )
+    with checking_state():
+        every = [*cases, *drawn_cases(draw, learner)]
+        result = _check(
+            exercise, learner, reference, every, misconceptions, atol, rtol, output_names, shortcuts, used, original,
+            len(cases),
+        )  # fmt: skip
+        if result.status == "error" and square_cases:
+            runnable = [case for case in square_cases if _runs(learner, case)]
+            if runnable:
+                square = _check(exercise, learner, reference, runnable, misconceptions, atol, rtol, output_names)
+                if square.status == "misconception":
+                    crash = result.message.split("] ", 1)[-1]
+                    also = (
+                        f"On rectangular inputs {crash}; on square inputs, where every axis has the same length, "
+                        "the same code runs without an error and gives wrong numbers"
+                    )
+                    result = replace(
+                        square,
+                        symptom=f"{result.message} On square inputs, where every axis has the same length, it runs "
+                        "without an error and gives the numbers of a known mistake: `result.hint()` names it.",
+                        diagnosis=f"{square.diagnosis} ({also}.)",
+                    )
+    result = _escalated(result)
     if used and result.status in ("correct", "misconception", "incorrect"):
         called = ", ".join(f"`{name}`" for name in dict.fromkeys(used))
-        if called:
-            note = (
-                f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
-                "that is fine in later notebooks, but here write it from the steps above to see how it works."
-            )
-            result = CheckResult(
-                exercise,
-                result.status,
-                result.message + note,
-                misconception=result.misconception,
-                shortcuts=tuple(dict.fromkeys(used)),
-            )
+        note = (
+            f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
+            "that is fine in later notebooks, but here write it from the steps above to see how it works."
+        )
+        result = replace(result, message=result.message + note, shortcuts=tuple(dict.fromkeys(used)))
     if verbose:
         print(result.message)
     return result
+
+
+def _escalated(result: CheckResult) -> CheckResult:
+    """The result with the message this attempt gets: a mistake's symptom the first time, its name (and
+    the idea behind it) when the same mistake comes again or was already named by a hint."""
+    if result.message or not result.key:
+        return result
+    count = feedback.seen(result.exercise, result.key)
+    named = result.diagnosis and (count > 1 or feedback.named_before(result.exercise, result.key))
+    if named:
+        feedback.mark_named(result.exercise, result.key, "repeat")
+    return replace(result, message=result.diagnosis if named else result.symptom)
 
 
 def _with_case(case: Case) -> str:
@@ -861,11 +1214,69 @@ def _detects(mistake: Misconception, run: _Run) -> bool:
         return False
 
 
-def _check(
-    exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts=(), used=None
+def _some(descriptions: Sequence[str]) -> str:
+    shown = ", ".join(f"'{d}'" for d in descriptions[:2])
+    return shown + (f" and {len(descriptions) - 2} more" if len(descriptions) > 2 else "")
+
+
+def _where(cases: Sequence[Case], differences: Sequence[str | None], taught: int) -> str:
+    """Which case differs and how, and on which it is right: the symptom's "where"."""
+    first = next(i for i, d in enumerate(differences) if d is not None)
+    case = cases[first]
+    kind = "case" if first < taught else "a case drawn at random for your code,"
+    text = f"{kind} '{case.description or first}' differs from the reference ({differences[first]})"
+    right = [c.description or str(i) for i, (c, d) in enumerate(zip(cases, differences, strict=True)) if d is None]
+    if right:
+        wrong = sum(d is not None for d in differences)
+        text += f"; {wrong} of {len(cases)} cases differ, and it is right on {_some(right)}"
+    if first >= taught:
+        text += " (`result.case` holds that case)"
+    return text
+
+
+def _diagnosed(
+    exercise: str, mistakes: Sequence[Misconception], where: str, case: Case | None, expected: Any, got: Any = None
 ) -> CheckResult:
-    run = _Run(learner)
-    learner_outputs = []
+    """A wrong answer that fits ``mistakes``: its symptom, its name with the idea behind it, and its fix."""
+    by_name = list({m.name: m for m in reversed(mistakes)}.values())[::-1]  # the first of each name
+    symptom = " ".join(dict.fromkeys(m.symptom for m in by_name if m.symptom))
+    reveal = " `result.reveal()` shows the fix." if any(m.fix for m in by_name) else ""
+    if len(by_name) == 1:
+        mistake = by_name[0]
+        diagnosis = f"[{exercise}] not yet: this looks like '{mistake.name}'. {mistake.hint}{reveal}"
+        fix = f"[{exercise}] the fix for '{mistake.name}': {mistake.fix}" if mistake.fix else ""
+    else:
+        options = " Or ".join(f"'{m.name}': {m.hint}" for m in by_name)
+        diagnosis = (
+            f"[{exercise}] not yet: your numbers fit {len(by_name)} known mistakes, which give the same results on "
+            f"these cases; look for either. {options}{reveal}"
+        )
+        fix = " ".join(f"[{exercise}] the fix for '{m.name}': {m.fix}" for m in by_name if m.fix)
+    return CheckResult(
+        exercise,
+        "misconception",
+        "",
+        misconception=by_name[0].name,
+        symptom=f"[{exercise}] not yet: {where}.{' ' + symptom if symptom else ''} This is a known mistake: "
+        "`result.hint()` names it.",
+        diagnosis=diagnosis,
+        fix=fix,
+        case=case,
+        expected=expected,
+        got=got,
+        key="mistake: " + " | ".join(m.name for m in by_name),
+    )
+
+
+def _failing_property(misconceptions: Sequence[Misconception], run: _Run) -> Misconception | None:
+    return next((m for m in misconceptions if m.always and m.detect and _detects(m, run)), None)
+
+
+def _check(
+    exercise, learner, reference, cases, misconceptions, atol, rtol, output_names, shortcuts=(), used=None,
+    original=None, taught=None,
+) -> CheckResult:  # fmt: skip
+    taught = len(cases) if taught is None else taught
     missing_forward = _missing_forward(learner)
     if missing_forward:
         return CheckResult(exercise, "error", f"[{exercise}] not yet: {missing_forward}")
@@ -876,6 +1287,10 @@ def _check(
             "error",
             f"[{exercise}] not yet: you passed the class {name} itself; pass a module made from it, {name}(...).",
         )
+    # The reference first: nothing the learner's code does to PyTorch's settings can reach it.
+    expected_outputs = [_expected(reference, case) for case in cases]
+    run = _Run(learner)
+    learner_outputs = []
     for case in cases:
         try:
             # The first call is watched for shortcuts: the learner's code runs once per case, so that
@@ -885,8 +1300,9 @@ def _check(
             if used is not None:
                 used += found
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
-            return _failure(exercise, exc, learner, case)
-    expected_outputs = [_call(reference, case) for case in cases]
+            return _state_changed(exercise, run.changes) if run.changes else _failure(exercise, exc, learner, case)
+    if run.changes:
+        return _state_changed(exercise, run.changes)
     nothing = _returns_nothing(learner_outputs, expected_outputs)
     if nothing is not None:
         return CheckResult(
@@ -895,19 +1311,48 @@ def _check(
             f"[{exercise}] not yet: your function returned None — did you forget `return`? "
             f"{_with_case(cases[nothing])}.",
         )
+    if original is not None and _gives(original, learner_outputs, cases, atol, rtol):
+        return CheckResult(
+            exercise,
+            "original",
+            f"[{exercise}] still the original: your function gives what the code handed out gives, on every case. "
+            "Run it, read it, find what is wrong, change it and run this cell again.",
+        )
     differences = [
         _difference(g, e, atol, rtol, output_names) for g, e in zip(learner_outputs, expected_outputs, strict=True)
     ]
     first_wrong = next((i for i, d in enumerate(differences) if d is not None), None)
-    if first_wrong is None:
+    rounded = first_wrong is not None and all(
+        _difference(g, e, atol, rtol, output_names, low_precision=True) is None
+        for g, e in zip(learner_outputs, expected_outputs, strict=True)
+    )
+    if first_wrong is None or rounded:
+        failing = _failing_property(misconceptions, run)
+        if failing is not None:
+            what = failing.symptom or "it fails a test of a property every right answer has"
+            result = _diagnosed(exercise, [failing], "", None, None)
+            counted = "its one case" if len(cases) == 1 else f"all {len(cases)} cases"
+            return replace(
+                result,
+                symptom=f"[{exercise}] not yet: your function gives the reference's numbers on {counted}, but "
+                f"{what[0].lower() + what[1:]} This is a known mistake: `result.hint()` names it.",
+            )
         counted = "on its one case" if len(cases) == 1 else f"on all {len(cases)} cases"
-        return CheckResult(exercise, "correct", f"[{exercise}] correct {counted}.")
+        if len(cases) > taught:
+            counted += f" ({taught} given, {len(cases) - taught} drawn at random for your code)"
+        message = f"[{exercise}] correct {counted}."
+        if rounded:
+            message += (
+                " Your results carry float32's rounding, though the inputs are float64: somewhere your code computes "
+                "in float32 (a tensor made with torch.tensor(...) or .float(), say). That is fine here."
+            )
+        return CheckResult(exercise, "correct", message)
     fitting: list[Misconception] = []
     for mistake in misconceptions:
         if mistake.implementation is None:
             continue
         try:
-            mistaken = [_call(mistake.implementation, case) for case in cases]
+            mistaken = [_expected(mistake.implementation, case) for case in cases]
         except Exception:
             continue
         if all(_same(g, m, atol, rtol) for g, m in zip(learner_outputs, mistaken, strict=True)) and _detects(
@@ -916,28 +1361,30 @@ def _check(
             fitting.append(mistake)
     if not fitting:
         fitting = [m for m in misconceptions if m.implementation is None and m.detect and _detects(m, run)]
-    by_name = list({m.name: m for m in reversed(fitting)}.values())[::-1]  # the first of each name
-    if len(by_name) == 1:
-        mistake = by_name[0]
-        return CheckResult(
-            exercise,
-            "misconception",
-            f"[{exercise}] not yet: this looks like '{mistake.name}'. {mistake.hint}",
-            misconception=mistake.name,
-        )
-    if by_name:
-        options = " Or ".join(f"'{m.name}': {m.hint}" for m in by_name)
-        return CheckResult(
-            exercise,
-            "misconception",
-            f"[{exercise}] not yet: your numbers fit {len(by_name)} known mistakes, which give the same results on "
-            f"these cases; look for either. {options}",
-            misconception=by_name[0].name,
-        )
-    case = cases[first_wrong]
+    where = _where(cases, differences, taught)
+    case, expected, got = cases[first_wrong], expected_outputs[first_wrong], learner_outputs[first_wrong]
+    if fitting:
+        return _diagnosed(exercise, fitting, where, case, expected, got)
     return CheckResult(
         exercise,
         "incorrect",
-        f"[{exercise}] not yet: case '{case.description or first_wrong}' differs from the reference "
-        f"({differences[first_wrong]}).",
+        "",
+        symptom=f"[{exercise}] not yet: {where}.",
+        fix=f"[{exercise}] no known mistake fits your numbers, so there is no fix to show: call your function on "
+        "`result.case.args` and compare what it gives, step by step, with the reference's `result.expected`.",
+        case=case,
+        expected=expected,
+        got=got,
+        key="differs",
     )
+
+
+def _gives(
+    original: Callable[..., Any], outputs: Sequence[Any], cases: Sequence[Case], atol: float, rtol: float
+) -> bool:
+    """True when the handed-out code ``original`` gives ``outputs`` on every case."""
+    try:
+        theirs = [_expected(original, case) for case in cases]
+    except Exception:  # the original fails where the answer does not: it was changed
+        return False
+    return all(_same(g, o, atol, rtol) for g, o in zip(outputs, theirs, strict=True))

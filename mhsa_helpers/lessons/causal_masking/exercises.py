@@ -15,68 +15,25 @@ import torch
 
 from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ..qkv_by_hand.exercises import compare_with_gradients
+from ...teaching.gradients import compare_with_gradients
+from ...teaching.misconceptions import (
+    AFTER_SOFTMAX_HINT,
+    AFTER_SOFTMAX_NAME,
+    FINITE_FILL_HINT,
+    FINITE_FILL_NAME,
+    POLARITY_HINT,
+    POLARITY_NAME,
+    blocked_key_gets_weight,
+    random_mask,
+)
 
 __all__ = [
-    "AFTER_SOFTMAX_HINT",
-    "AFTER_SOFTMAX_NAME",
-    "FINITE_FILL_HINT",
-    "FINITE_FILL_NAME",
-    "POLARITY_HINT",
-    "POLARITY_NAME",
-    "attention_blocked_key_gets_weight",
-    "blocked_key_gets_weight",
     "causal_attention",
     "check_cache_prediction",
     "check_cached_causal_mask",
     "check_causal_attention",
     "check_masked_softmax",
-    "random_mask",
 ]
-
-POLARITY_NAME = "inverted mask polarity (True = blocked)"
-POLARITY_HINT = (
-    "Your code blocks the keys the mask allows. In this package (and in "
-    "torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; nn.MultiheadAttention and "
-    "some code marks *blocked* positions with True/1, and such a mask must be inverted with ~mask. "
-    "Passed unchanged, a causal model reads the future (notebook 10 runs this bug)."
-)
-AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
-AFTER_SOFTMAX_HINT = (
-    "Your blocked weights are 0 but the rows sum to less than 1: they were zeroed after the softmax "
-    "(dividing each row by its new sum would repair it). Simpler: fill blocked *scores* with -inf before "
-    "the softmax."
-)
-
-
-FINITE_FILL_NAME = "blocked scores pushed down by a finite number instead of -inf"
-FINITE_FILL_HINT = (
-    "Your blocked keys still get weight when the visible scores are lower still: a query whose visible keys "
-    "score -1e35 puts its weight on a blocked key. Filling with (or adding) a finite number such as -10000, "
-    "-1e4 or -1e9 only works while every visible score stays far above it. Fill blocked scores with -inf: "
-    "scores.masked_fill(~mask, float('-inf'))."
-)
-
-# Probes: tiny inputs, each built so that one mistake shows and the right answer is plain to see.
-_FAR_BELOW = -1e35  # far below any finite fill a learner writes, and still a float32 number
-
-
-def blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
-    """A softmax over scores whose visible keys score -1e35 and whose blocked key scores 0: with -inf
-    the blocked key gets 0; with any finite fill (or added constant) above -1e35 it takes the weight."""
-    scores = torch.tensor([[_FAR_BELOW, _FAR_BELOW, 0.0]], dtype=torch.float64)
-    weights = run(scores, torch.tensor([[True, True, False]]))
-    return bool(torch.as_tensor(weights).double()[0, 2] > 0.5)
-
-
-def attention_blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
-    """The same probe through attention: d_k = 1, so the scores are q * k; the blocked key's value is 100."""
-    q = torch.tensor([[1e17]], dtype=torch.float64)
-    k = torch.tensor([[-1e18], [-1e18], [0.0]], dtype=torch.float64)
-    v = torch.tensor([[1.0], [1.0], [100.0]], dtype=torch.float64)
-    out = run(q, k, v, torch.tensor([[True, True, False]]))
-    return bool(torch.as_tensor(out).double()[0, 0] > 50.0)
-
 
 # ---------------------------------------------------------------- predict: cached queries
 
@@ -316,20 +273,6 @@ def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True)
 
 
 # ---------------------------------------------------------------- masked attention
-
-
-def random_mask(generator: torch.Generator, *shape: int) -> torch.Tensor:
-    """Random boolean mask ``(..., seq_q, seq_k)`` in which every row has at least one
-    ``True`` and at least one ``False`` (so neither the mask nor its inverse blocks a whole row)."""
-    if shape[-1] < 2:
-        raise ValueError(f"shape[-1] (seq_k) must be >= 2, got shape {shape}")
-    mask = torch.rand(*shape, generator=generator) < 0.5
-    rows = mask.reshape(-1, shape[-1])
-    for row in rows:
-        picks = torch.randperm(shape[-1], generator=generator)[:2]
-        row[picks[0]] = True
-        row[picks[1]] = False
-    return rows.reshape(shape)
 
 
 # ---------------------------------------------------------------- masked softmax

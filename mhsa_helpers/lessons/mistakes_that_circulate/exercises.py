@@ -13,7 +13,7 @@ import torch
 from ...masking import causal_mask
 from ...softmax import softmax
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ..causal_masking.exercises import FINITE_FILL_HINT, FINITE_FILL_NAME, blocked_key_gets_weight
+from ...teaching.misconceptions import FINITE_FILL_HINT, FINITE_FILL_NAME, blocked_key_gets_weight
 
 __all__ = ["check_decode_mask", "check_masked_weights"]
 

@@ -14,215 +14,28 @@ a given function (``check_weights_debug``), and write one attention head
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ... import examples, scaled_dot_product_attention, softmax
-from ...teaching.checking import AnswerRejected, Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.gradients import compare_with_gradients
+from ...teaching.misconceptions import (
+    WRONG_AXES_HINT,
+    WRONG_AXES_NAME,
+    transposed_key_variants,
+    wrong_axes_misconceptions,
+)
 
 __all__ = [
-    "GRADIENT_HINT",
-    "GRADIENT_NAME",
-    "WRONG_AXES_HINT",
-    "WRONG_AXES_NAME",
     "check_attention_head",
     "check_uniform_prediction",
     "check_weights_debug",
-    "compare_with_gradients",
-    "gradient_names",
-    "transposed_key_variants",
-    "with_gradients",
-    "with_gradients_all",
-    "wrong_axes_misconceptions",
 ]
-
-
-def transposed_key_variants(k: torch.Tensor) -> list:
-    """The wrong transpositions of ``k (..., seq_k, d_k)`` that learners write instead of
-    ``k.transpose(-2, -1)``: ``k.transpose(0, 1)``, ``k.transpose(1, 2)`` and ``k.T`` (which
-    reverses *every* axis of a batched tensor). Each is right for one rank only."""
-    return [
-        k.transpose(0, 1),
-        k.transpose(1, 2) if k.ndim > 2 else None,
-        k.permute(*reversed(range(k.ndim))),
-    ]
-
-
-WRONG_AXES_NAME = "transposed the wrong axes of K"
-WRONG_AXES_HINT = (
-    "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT). k.T reverses every axis of a "
-    "batched tensor, and k.transpose(0, 1) or k.transpose(1, 2) is right for one rank only."
-)
-
-
-def wrong_axes_misconceptions(use: Callable[..., Any]) -> list[Misconception]:
-    """One misconception per wrong transposition of K (see :func:`transposed_key_variants`).
-
-    ``use(q, k_t, *rest, **kwargs)`` computes the exercise's answer from ``q`` and an already
-    transposed key ``k_t``; each misconception calls it with a wrong ``k_t``."""
-
-    def with_variant(index: int) -> Callable[..., Any]:
-        def implementation(q: torch.Tensor, k: torch.Tensor, *rest: Any, **kwargs: Any) -> Any:
-            k_t = transposed_key_variants(k)[index]
-            if k_t is None:
-                raise ValueError("this wrong transposition does not exist for this rank")
-            return use(q, k_t, *rest, **kwargs)
-
-        return implementation
-
-    return [Misconception(WRONG_AXES_NAME, with_variant(i), WRONG_AXES_HINT) for i in range(3)]
-
-
-# ---------------------------------------------------------------- gradients as outputs
-
-
-def _probe(output: torch.Tensor) -> torch.Tensor:
-    # Fixed weights for the sum whose gradient is compared: the same for every answer of the same shape.
-    return torch.cos(torch.arange(output.numel(), dtype=output.dtype)).reshape(output.shape) + 1.5
-
-
-def _form(value: Any) -> str:
-    """What a value is, as a learner reads it: "a tensor of shape (3, 4)", "a tuple of 1 tensor", "None"."""
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        kind = "tensor" if value and all(isinstance(v, torch.Tensor) for v in value) else "item"
-        return f"a {type(value).__name__} of {len(value)} {kind}{'s' if len(value) != 1 else ''}"
-    return "None" if value is None else f"a {type(value).__name__}"
-
-
-GRADIENT_NAME = "no gradient reaches an argument (the graph is cut)"
-GRADIENT_HINT = (
-    "Your values may be right, but no gradient flows back from what your function returns to one of its "
-    "arguments: a step cut the graph (`.detach()`, `torch.no_grad()`, `.item()` or `.tolist()`, or a new tensor "
-    "built with `torch.tensor(...)` from computed numbers), or the result does not depend on that argument. "
-    "Training adjusts the weights through these gradients: compute with tensor operations all the way."
-)
-
-
-def with_gradients(
-    function: Callable[..., Any],
-    outputs: Sequence[str],
-    inputs: Sequence[str],
-    missing: list[str] | None = None,
-) -> Callable[..., Any]:
-    """``function``'s outputs followed by the gradient, for each tensor argument named in ``inputs`` (the
-    first positional ones, in order), of a fixed weighted sum of the outputs.
-
-    A checker compares these with the reference's, so an answer must get the gradients right as well as
-    the values. Where no gradient reaches an argument (an answer that cuts the graph with ``.detach()``,
-    ``torch.no_grad()``, ``.item()``, a new tensor built with ``torch.tensor(...)``, or does not use it), its
-    gradient counts as zeros and its name is added to ``missing``. The function gets
-    copies of its arguments; if it changes one in place, it is told so. ``outputs`` names what the
-    function returns: one name for a bare tensor, several for a tuple. Errors keep pointing at the
-    learner's own line (the wrapper sets ``__wrapped__``)."""
-
-    @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> tuple:
-        leaves = [
-            a.detach().clone().requires_grad_() if i < len(inputs) and isinstance(a, torch.Tensor) else a
-            for i, a in enumerate(args)
-        ]
-        given = [leaf.clone() if i < len(inputs) else leaf for i, leaf in enumerate(leaves)]
-        result = function(*given, **kwargs)
-        changed = False
-        for original, leaf, passed in zip(args, leaves, given, strict=False):
-            if passed.shape != leaf.shape or not torch.equal(passed.detach(), leaf.detach()):
-                # Hand the change on to the argument the checker gave us (its own copy), so that the checker
-                # names it as the change of an argument in place, with the argument's name.
-                with torch.no_grad():
-                    original.set_(passed.detach().clone())
-                changed = True
-        if changed:
-            return result
-        if result is None:
-            raise AnswerRejected("your function returned None — did you forget `return`?")
-        if len(outputs) == 1:
-            if isinstance(result, (tuple, list)) and len(result) == 1 and isinstance(result[0], torch.Tensor):
-                raise AnswerRejected(f"your function returned {_form(result)}; return the tensor itself")
-            if not isinstance(result, torch.Tensor):
-                raise AnswerRejected(f"return the {outputs[0]} as one tensor; your function returned {_form(result)}")
-            results: tuple = (result,)
-        else:
-            if not isinstance(result, (tuple, list)) or len(result) != len(outputs):
-                raise AnswerRejected(
-                    f"return {len(outputs)} tensors, ({', '.join(outputs)}); your function returned {_form(result)}"
-                )
-            results = tuple(result)
-        for name, value in zip(outputs, results, strict=True):
-            if not isinstance(value, torch.Tensor) or not (value.is_floating_point() or value.is_complex()):
-                raise AnswerRejected(f"the {name} you return must be a tensor of numbers; it is {_form(value)}")
-        carried = [value for value in results if value.requires_grad]
-        grads: tuple = (None,) * len(inputs)
-        if carried:
-            total = sum((value * _probe(value)).sum() for value in carried)
-            grads = torch.autograd.grad(total, leaves[: len(inputs)], allow_unused=True)
-        if missing is not None:
-            missing[:] = [name for name, grad in zip(inputs, grads, strict=True) if grad is None]
-        grads = tuple(
-            torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads, strict=False)
-        )
-        return (*(value.detach() for value in results), *grads)
-
-    return run
-
-
-def compare_with_gradients(
-    exercise: str,
-    learner: Callable[..., Any],
-    reference: Callable[..., Any],
-    cases: Sequence[Case],
-    misconceptions: Sequence[Misconception],
-    outputs: Sequence[str],
-    inputs: Sequence[str],
-    **options: Any,
-) -> CheckResult:
-    """:func:`~mhsa_helpers.teaching.checking.check_function` with the learner, the reference and the
-    misconceptions wrapped by :func:`with_gradients`, and the outputs named. Something that is not a function,
-    a class, or a module without ``forward`` is passed to ``check_function`` as it is, which refuses it (a
-    TypeError) or names that mistake before running anything."""
-    if (
-        not callable(learner)
-        or isinstance(learner, type)
-        or (isinstance(learner, torch.nn.Module) and type(learner).forward is torch.nn.Module.forward)
-    ):
-        return check_function(exercise, learner, reference, cases, **options)
-    missing: list[str] = []
-
-    def cuts_the_graph(run: Callable[..., Any]) -> bool:
-        missing.clear()
-        run(*cases[0].args, **cases[0].kwargs)
-        return bool(missing)
-
-    graph_cut = Misconception(GRADIENT_NAME, None, GRADIENT_HINT, detect=cuts_the_graph)
-    return check_function(
-        exercise,
-        with_gradients(learner, outputs, inputs, missing),
-        with_gradients(reference, outputs, inputs),
-        cases,
-        [*with_gradients_all(misconceptions, outputs, inputs), graph_cut],
-        output_names=gradient_names(outputs, inputs),
-        **options,
-    )
-
-
-def with_gradients_all(misconceptions: Sequence[Misconception], outputs: Sequence[str], inputs: Sequence[str]) -> list:
-    """The ``misconceptions`` with their implementations wrapped by :func:`with_gradients` too."""
-    return [
-        m if m.implementation is None else replace(m, implementation=with_gradients(m.implementation, outputs, inputs))
-        for m in misconceptions
-    ]
-
-
-def gradient_names(outputs: Sequence[str], inputs: Sequence[str]) -> tuple[str, ...]:
-    """The names of :func:`with_gradients`' outputs, for the checker's messages."""
-    return (*outputs, *(f"gradient reaching {name}" for name in inputs))
 
 
 def _constant(value: float) -> Callable[[], float]:

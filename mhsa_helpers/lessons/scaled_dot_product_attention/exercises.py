@@ -13,7 +13,8 @@ import torch
 
 from ... import scaled_dot_product_attention, softmax
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor, random_tensors
-from ..causal_masking.exercises import (
+from ...teaching.gradients import compare_with_gradients
+from ...teaching.misconceptions import (
     AFTER_SOFTMAX_HINT,
     AFTER_SOFTMAX_NAME,
     FINITE_FILL_HINT,
@@ -22,8 +23,8 @@ from ..causal_masking.exercises import (
     POLARITY_NAME,
     attention_blocked_key_gets_weight,
     random_mask,
+    wrong_axes_misconceptions,
 )
-from ..qkv_by_hand.exercises import compare_with_gradients, wrong_axes_misconceptions
 
 __all__ = ["check_my_attention", "check_softmax", "check_spread_prediction"]
 

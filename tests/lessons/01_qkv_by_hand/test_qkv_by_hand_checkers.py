@@ -15,7 +15,8 @@ from notebook_cells import defined_in_notebook, exercise_structure_problems
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
-from mhsa_helpers.lessons.qkv_by_hand.exercises import uniform_weight, with_gradients
+from mhsa_helpers.lessons.qkv_by_hand.exercises import uniform_weight
+from mhsa_helpers.teaching.gradients import with_gradients
 
 ROOT = Path(__file__).resolve().parents[3]
 

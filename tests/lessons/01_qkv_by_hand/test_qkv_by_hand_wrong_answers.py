@@ -13,7 +13,8 @@ from checker_table import catalogue_tests
 from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
-from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, WRONG_AXES_NAME
+from mhsa_helpers.teaching.gradients import GRADIENT_NAME
+from mhsa_helpers.teaching.misconceptions import WRONG_AXES_NAME
 
 
 def head(x, w_q, w_k, w_v, *, scale=None, dim=-1, key=lambda k: k.transpose(-2, -1), layout=lambda w: w):

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from notebook_cells import cells, defined_in_notebook, exercise_structure_problems, source
 
-from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME
 from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_softmax, check_spread_prediction
 from mhsa_helpers.lessons.scaled_dot_product_attention.exercises import spread_growth
+from mhsa_helpers.teaching.gradients import GRADIENT_NAME
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from checker_table import catalogue_tests
 from test_wrong_answers import Wrong
 
-from mhsa_helpers.lessons.causal_masking.exercises import FINITE_FILL_NAME, POLARITY_NAME
-from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME, WRONG_AXES_NAME
 from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_spread_prediction
+from mhsa_helpers.teaching.gradients import GRADIENT_NAME
+from mhsa_helpers.teaching.misconceptions import FINITE_FILL_NAME, POLARITY_NAME, WRONG_AXES_NAME
 
 INF = float("inf")
 

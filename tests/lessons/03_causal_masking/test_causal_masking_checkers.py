@@ -19,7 +19,8 @@ from mhsa_helpers.lessons.causal_masking import (
     check_causal_attention,
     check_masked_softmax,
 )
-from mhsa_helpers.lessons.causal_masking.exercises import POLARITY_NAME, first_query_keys
+from mhsa_helpers.lessons.causal_masking.exercises import first_query_keys
+from mhsa_helpers.teaching.misconceptions import POLARITY_NAME
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
-from mhsa_helpers.lessons.causal_masking.exercises import random_mask
+from mhsa_helpers.teaching.misconceptions import random_mask
 
 
 def assert_named(checker, learner, name):

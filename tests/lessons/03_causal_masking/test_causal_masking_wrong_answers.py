@@ -18,8 +18,9 @@ from mhsa_helpers.lessons.causal_masking import (
     check_cached_causal_mask,
     check_causal_attention,
 )
-from mhsa_helpers.lessons.causal_masking.exercises import FUTURE_NAME, POLARITY_NAME, TOP_LEFT_NAME
-from mhsa_helpers.lessons.qkv_by_hand.exercises import GRADIENT_NAME
+from mhsa_helpers.lessons.causal_masking.exercises import FUTURE_NAME, TOP_LEFT_NAME
+from mhsa_helpers.teaching.gradients import GRADIENT_NAME
+from mhsa_helpers.teaching.misconceptions import POLARITY_NAME
 
 INF = float("inf")
 
