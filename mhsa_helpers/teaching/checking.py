@@ -94,8 +94,12 @@ __all__ = [
     "CheckResult",
     "Misconception",
     "check_function",
+    "escalate",
+    "judge",
+    "learner_line",
     "random_tensor",
     "random_tensors",
+    "state_changed",
 ]
 
 #: Seconds one call of the learner's function may take before it is stopped (read at each call,
@@ -486,6 +490,13 @@ def _learner_line(frames: Sequence[tuple[FrameType, int]]) -> str:
     return f" ({_frame_line(*own[-1])})"
 
 
+def learner_line(error: BaseException) -> str:
+    """`` (in __init__, line 4: `self.w_q = ...`)``: the last line of the learner's own code in ``error``'s
+    traceback (not torch's, nor this package's), or "" when the error never reached it."""
+    own = [(f, n) for f, n in traceback.walk_tb(error.__traceback__) if not _library_file(f.f_code.co_filename)]
+    return f" ({_frame_line(*own[-1])})" if own else ""
+
+
 def _enclosing_loop(frame: FrameType, lineno: int, kinds: tuple[type[ast.stmt], ...]) -> str:
     """`` the loop at line 5: `while i < n:` ``, the innermost loop of ``kinds`` in the learner's code
     around ``lineno`` (read from the source, which Jupyter keeps for each cell), or ""."""
@@ -748,7 +759,7 @@ def watching_settings(changes: list[str], *, ignore: Sequence[str] = ()) -> Iter
                 changes.append(name)
 
 
-def _state_changed(exercise: str, changes: Sequence[str]) -> CheckResult:
+def state_changed(exercise: str, changes: Sequence[str]) -> CheckResult:
     done = " and ".join(STATE_ADVICE[name][0] for name in changes)
     advice = "; ".join(STATE_ADVICE[name][1] for name in changes)
     return CheckResult(
@@ -1041,7 +1052,37 @@ def check_function(
     original: Callable[..., Any] | None = None,
     verbose: bool = True,
 ) -> CheckResult:
-    """Run ``learner`` on every case and compare with ``reference``.
+    """Run ``learner`` on every case and compare with ``reference`` (:func:`judge`), then tell the learner
+    what this attempt gets (:func:`escalate`): prints the result's message when ``verbose`` and returns the
+    :class:`CheckResult`."""
+    result = escalate(
+        judge(
+            exercise, learner, reference, cases, misconceptions, square_cases=square_cases, atol=atol, rtol=rtol,
+            output_names=output_names, shortcuts=shortcuts, draw=draw, original=original,
+        )
+    )  # fmt: skip
+    if verbose:
+        print(result.message)
+    return result
+
+
+def judge(
+    exercise: str,
+    learner: Callable[..., Any],
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    misconceptions: Sequence[Misconception] = (),
+    *,
+    square_cases: Sequence[Case] = (),
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    output_names: Sequence[str] = (),
+    shortcuts: Sequence[str] = (),
+    draw: Callable[[torch.Generator], Sequence[Case]] | None = None,
+    original: Callable[..., Any] | None = None,
+) -> CheckResult:
+    """Run ``learner`` on every case and compare with ``reference``; the verdict, not yet told: a wrong
+    answer's ``message`` is empty until :func:`escalate` chooses between its symptom and its diagnosis.
 
     ``cases`` are the teaching cases the messages name; ``draw(generator)``, when given, makes further
     cases from a generator seeded by the answer's own code (:func:`answer_seed`), each called as drawn, in
@@ -1051,8 +1092,7 @@ def check_function(
     A wrong answer is compared with each misconception; those that reproduce the learner's output *on
     every case* (and whose ``detect`` probe, if any, agrees) fit -- all of them are named, when several
     fit. Misconceptions known only by a symptom (``implementation=None``) are tried when none fits
-    exactly. An answer right on every case must still pass every ``always`` probe. What is printed
-    escalates (:mod:`~mhsa_helpers.teaching.feedback`): the symptom first, the name on a repeat.
+    exactly. An answer right on every case must still pass every ``always`` probe.
 
     When the learner's function *raises* on some case, it is run again on
     ``square_cases`` — inputs whose axes all have the same length. A layout or
@@ -1065,8 +1105,6 @@ def check_function(
     that returns several (the message says which differs); ``shortcuts`` are names of torch or package
     functions that do what the exercise asks the learner to write: a call of one is noted in the
     message, without failing the answer.
-
-    Prints the result's message when ``verbose`` and returns the :class:`CheckResult`.
     """
     if not callable(learner):
         raise TypeError(f"learner must be a function, got {type(learner).__name__}")
@@ -1093,22 +1131,26 @@ def check_function(
                         "without an error and gives the numbers of a known mistake: `result.hint()` names it.",
                         diagnosis=f"{square.diagnosis} ({also}.)",
                     )
-    result = _escalated(result)
     if used and result.status in ("correct", "misconception", "incorrect"):
         called = ", ".join(f"`{name}`" for name in dict.fromkeys(used))
         note = (
             f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
             "that is fine in later notebooks, but here write it from the steps above to see how it works."
         )
-        result = replace(result, message=result.message + note, shortcuts=tuple(dict.fromkeys(used)))
-    if verbose:
-        print(result.message)
+        result = replace(
+            result,
+            message=result.message and result.message + note,
+            symptom=result.symptom and result.symptom + note,
+            diagnosis=result.diagnosis and result.diagnosis + note,
+            shortcuts=tuple(dict.fromkeys(used)),
+        )
     return result
 
 
-def _escalated(result: CheckResult) -> CheckResult:
+def escalate(result: CheckResult) -> CheckResult:
     """The result with the message this attempt gets: a mistake's symptom the first time, its name (and
-    the idea behind it) when the same mistake comes again or was already named by a hint."""
+    the idea behind it) when the same mistake comes again or was already named by a hint. A result whose
+    message is already set (correct, an error, an observed change) is told as it is."""
     if result.message or not result.key:
         return result
     count = feedback.seen(result.exercise, result.key)
@@ -1300,9 +1342,9 @@ def _check(
             if used is not None:
                 used += found
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
-            return _state_changed(exercise, run.changes) if run.changes else _failure(exercise, exc, learner, case)
+            return state_changed(exercise, run.changes) if run.changes else _failure(exercise, exc, learner, case)
     if run.changes:
-        return _state_changed(exercise, run.changes)
+        return state_changed(exercise, run.changes)
     nothing = _returns_nothing(learner_outputs, expected_outputs)
     if nothing is not None:
         return CheckResult(

@@ -89,7 +89,8 @@ def check_prediction(
     if result.status in ("misconception", "incorrect"):
         result = _told(result, value, explain, mistakes)
     elif result.correct:
-        result = replace(result, message=f"[{exercise}] correct: {_shown(value)}{'. ' + explain if explain else '.'}")
+        told = f". {explain[0].upper()}{explain[1:]}." if explain else "."
+        result = replace(result, message=f"[{exercise}] correct: {_shown(value)}{told}")
     if verbose:
         print(result.message)
     return result

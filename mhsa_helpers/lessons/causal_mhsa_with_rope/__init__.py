@@ -5,7 +5,6 @@ from ..multi_head_attention.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_S
 from .diagrams import kv_cache_diagram, transformer_block_diagram
 from .exercises import check_attend_with_cache, check_mask_prediction, check_my_causal_self_attention
 from .explorer import mhsa_explorer
-from .learner import copy_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",
@@ -14,7 +13,6 @@ __all__ = [
     "check_attend_with_cache",
     "check_mask_prediction",
     "check_my_causal_self_attention",
-    "copy_package_weights",
     "kv_cache_diagram",
     "mhsa_explorer",
     "transformer_block_diagram",

@@ -3,7 +3,8 @@
 Cached-decoding mistakes hide on the first step (nothing is cached yet: positions
 start at 0 either way and the mask is an ordinary triangle) and some hide when
 one token is decoded at a time. So every cached case here has something in the
-cache, and several add more than one new token at once.
+cache, and several add more than one new token at once. The module checker and its
+diagnosis are :mod:`mhsa_helpers.teaching.modules`'s, shared with notebooks 07 and 11.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from collections.abc import Callable
 import torch
 
 from ... import RotaryEmbedding, causal_mask, scaled_dot_product_attention
-from ...teaching.checking import Case, CheckResult, Misconception, check_function
-from ..multi_head_attention.exercises import MHA_MODULE_MISTAKES
-from ..multi_head_attention.learner import ModuleSetting, check_module, check_prediction
-from .learner import copy_package_weights
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.modules import CAUSAL_CONTRACT, Call, ModuleSetting, check_module
+from ...teaching.predictions import check_prediction
 
-__all__ = ["check_attend_with_cache", "check_mask_prediction", "check_my_causal_self_attention"]
+__all__ = [
+    "check_attend_with_cache",
+    "check_mask_prediction",
+    "check_my_causal_self_attention",
+    "handed_out_attend_with_cache",
+]
 
 
 # ------------------------------------------------ masks for new tokens
@@ -79,47 +84,71 @@ def _step_reference(q_new, k_new, v_new, cached_k, cached_v, rope):
     return _step(q_new, k_new, v_new, cached_k, cached_v, rope)
 
 
+def handed_out_attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope):
+    """The function exercise 2 hands out, with its bug: ``(batch, heads, new, d_head)``."""
+    past, new = cached_k.shape[-2], q_new.shape[-2]
+    positions = torch.arange(new)
+    q, k = rope(q_new, positions), rope(k_new, positions)
+    keys, values = torch.cat((cached_k, k), dim=-2), torch.cat((cached_v, v_new), dim=-2)
+    return scaled_dot_product_attention(q, keys, values, causal_mask(new, past + new))
+
+
+_MASK_LOOK = "Look at the mask of the new tokens."
+
 STEP_MISCONCEPTIONS = (
     Misconception(
         "RoPE positions restart at 0",
         lambda *a: _step(*a, positions="restart"),
-        "The new tokens continue the sequence: rotate them at positions past, past + 1, ... where "
-        "past = cached_k.shape[-2], not at 0, 1, ... (the cached keys were rotated at 0 .. past - 1).",
+        "The new tokens continue the sequence: the cached keys were rotated at 0 .. past - 1, so the new tokens sit "
+        "at past, past + 1, ...",
+        fix="positions = torch.arange(past, past + new), past = cached_k.shape[-2].",
+        symptom="The new tokens' scores against the cached keys are those of other distances than the real ones. "
+        "Look at the positions the new tokens are rotated at.",
     ),
     Misconception(
         "cache mask off by one: a token cannot see itself",
         lambda *a: _step(*a, mask="hides_self"),
-        "Key j is visible to new token i when j <= past + i (it sees itself): "
-        "causal_mask(new, past + new), i.e. tril(diagonal=past).",
+        "Key j is visible to new token i when j <= past + i: a token sees itself.",
+        fix="causal_mask(new, past + new), i.e. tril(diagonal=past).",
+        symptom="Each new token puts no weight on its own key. " + _MASK_LOOK,
     ),
     Misconception(
         "cache mask off by one: a token sees the next one",
         lambda *a: _step(*a, mask="one_ahead"),
-        "New token i must not see the token right after it: the mask is tril(diagonal=past), not past + 1.",
+        "New token i must not see the token right after it.",
+        fix="tril(diagonal=past), not past + 1.",
+        symptom="A new token puts weight on the key right after it. " + _MASK_LOOK,
     ),
     Misconception(
         "mask aligned to the first key",
         lambda *a: _step(*a, mask="top_left"),
-        "With past cached keys the queries are the *last* rows: a plain tril() on the (new, past + new) "
-        "rectangle (or is_causal=True in F.scaled_dot_product_attention) hides most of the cache. "
-        "Use causal_mask(new, past + new) or tril(diagonal=past).",
+        "With past cached keys the queries are the *last* rows: a plain tril() on the (new, past + new) rectangle "
+        "(or is_causal=True in F.scaled_dot_product_attention) hides most of the cache.",
+        fix="causal_mask(new, past + new) or tril(diagonal=past).",
+        symptom="The new tokens put no weight on most of the cached keys. " + _MASK_LOOK,
     ),
     Misconception(
         "no mask among the new tokens",
         lambda *a: _step(*a, mask="none"),
-        "When several tokens arrive at once, each may only see the ones before it (and itself): "
-        "apply the causal mask causal_mask(new, past + new).",
+        "When several tokens arrive at once, each may only see the ones before it (and itself).",
+        fix="Apply causal_mask(new, past + new).",
+        symptom="With one new token your output is right; with several, an earlier one sees the later ones. "
+        + _MASK_LOOK,
     ),
     Misconception(
         "cached keys rotated again",
         lambda *a: _step(*a, rotate_cache=True),
-        "The cache stores keys *after* RoPE. Rotate only the new keys (at their positions) and append "
-        "them; rotating the whole cache again turns the old keys twice.",
+        "The cache stores keys *after* RoPE: rotating the whole cache again turns the old keys twice.",
+        fix="Rotate only the new keys (at their positions) and append them.",
+        symptom="The scores against the cached keys differ; those among the new tokens are right. Look at what is "
+        "rotated.",
     ),
     Misconception(
         "cache ignored",
         lambda *a: _step(*a, use_cache=False),
-        "Attend over the cached keys/values *and* the new ones: torch.cat((cached_k, k), dim=-2).",
+        "The new tokens attend over the cached keys and values *and* their own.",
+        fix="torch.cat((cached_k, k), dim=-2) and the same for the values.",
+        symptom="Your output does not depend on the cache at all.",
     ),
 )
 
@@ -142,8 +171,23 @@ def _step_cases() -> list[Case]:
     return [case(1, 2, 4, 1, 8, 100.0), case(2, 2, 3, 2, 8, 10000.0), case(1, 3, 14, 3, 6, 100.0)]
 
 
+def _draw_step(g: torch.Generator) -> list[Case]:
+    cases = []
+    for batch, heads in ((2, 1), (1, 3), (3, 2), (1, 1)):
+        past, new = int(torch.randint(1, 12, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
+        d_head = 2 * int(torch.randint(2, 5, (1,), generator=g))
+        rope = RotaryEmbedding(d_head, 32, 100.0)
+        shape = (batch, heads)
+        cached_k = rope(random_tensor(g, *shape, past, d_head))
+        cached_v = random_tensor(g, *shape, past, d_head)
+        q_new, k_new, v_new = (random_tensor(g, *shape, new, d_head) for _ in range(3))
+        text = f"{new} new token(s) after {past} cached, batch={batch}, heads={heads}, d_head={d_head}, base 100"
+        cases.append(Case((q_new, k_new, v_new, cached_k, cached_v, rope), description=text))
+    return cases
+
+
 def check_attend_with_cache(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check one cached decoding step.
+    """Debugging exercise: one cached decoding step (the notebook hands out :func:`handed_out_attend_with_cache`).
 
     ``learner(q_new, k_new, v_new, cached_k, cached_v, rope)``: ``q_new, k_new, v_new``
     ``(batch, heads, new, d_head)`` before RoPE; ``cached_k, cached_v`` ``(batch, heads, past, d_head)``,
@@ -151,7 +195,14 @@ def check_attend_with_cache(learner: Callable[..., torch.Tensor], *, verbose: bo
     ``rope(x, positions)``. Returns the new tokens' attention output ``(batch, heads, new, d_head)``.
     """
     return check_function(
-        "attend_with_cache", learner, _step_reference, _step_cases(), STEP_MISCONCEPTIONS, verbose=verbose
+        "attend_with_cache",
+        learner,
+        _step_reference,
+        _step_cases(),
+        STEP_MISCONCEPTIONS,
+        draw=_draw_step,
+        original=handed_out_attend_with_cache,
+        verbose=verbose,
     )
 
 
@@ -170,25 +221,29 @@ def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResul
         Misconception(
             "mask aligned to the first key",
             lambda: int(_mask_top_left(new, total).sum()),
-            "You counted a plain triangle, 1 + 2 + 3: that is the mask of 3 tokens with no cache. The new tokens "
-            "are positions 4, 5, 6, and each sees all 4 cached keys as well.",
+            "A plain triangle, 1 + 2 + 3, is the mask of 3 tokens with no cache. The new tokens are positions 4, 5, 6, "
+            "and each sees all 4 cached keys as well.",
+            symptom="Where do the 3 new tokens sit in the sequence?",
         ),
         Misconception(
             "no mask among the new tokens",
             lambda: new * total,
-            "Each new token sees the cache and the new tokens up to itself, not the ones after it: the first "
-            "new token sees 5 keys, not 7.",
+            "Each new token sees the cache and the new tokens up to itself, not the ones after it: the first new "
+            "token sees 5 keys, not 7.",
+            symptom="May the first new token see the two after it?",
         ),
         Misconception(
             "a token cannot see itself",
             lambda: int(_mask_hides_self(new, total).sum()),
             "A token attends to itself too: new token i (at position 4 + i) sees keys 0 .. 4 + i, 5 + i of them.",
+            symptom="Does a token see its own key?",
         ),
         Misconception(
             "the whole (7, 7) triangle",
             lambda: int(causal_mask(total).sum()),
-            "Only the 3 new tokens are queries in this call: the mask has 3 rows (one per new token) and 7 "
-            "columns (4 cached keys + 3 new).",
+            "Only the 3 new tokens are queries in this call: the mask has 3 rows (one per new token) and 7 columns "
+            "(4 cached keys + 3 new).",
+            symptom="How many rows does the mask of this call have?",
         ),
     )
     return check_prediction(
@@ -197,6 +252,7 @@ def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResul
         lambda: int(causal_mask(new, total).sum()),
         f"{new} new tokens after {past} cached",
         mistakes,
+        explain="the new tokens sit at positions 4, 5 and 6 and see 5, 6 and 7 keys",
         verbose=verbose,
     )
 
@@ -204,127 +260,41 @@ def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResul
 # ------------------------------------------------- the learner's own causal module
 
 
-CAUSAL_MODULE_MISTAKES = (
-    *MHA_MODULE_MISTAKES,
-    (
-        "no causal mask",
-        {"causal": False},
-        "This is a decoder: token i may attend to tokens 0 .. i only. Fill the scores of later keys with -inf "
-        "before the softmax (or pass is_causal=True when nothing is cached).",
-    ),
-    (
-        "RoPE applied to V",
-        {"rope_on": ("q", "k", "v")},
-        "Rotate the queries and keys only: the values carry content and stay as they are.",
-    ),
-    (
-        "RoPE on the queries only",
-        {"rope_on": ("q",)},
-        "Rotate the keys too: q_m . k_n depends on m - n only when both are rotated by their positions.",
-    ),
-    (
-        "RoPE on the keys only",
-        {"rope_on": ("k",)},
-        "Rotate the queries too: q_m . k_n depends on m - n only when both are rotated by their positions.",
-    ),
-    ("no RoPE", {"rope_base": None}, "Rotate q and k by their positions (your my_apply_rope from notebook 05)."),
-    (
-        "rotating pairs half-split instead of interleaved",
-        {"convention": "half_split"},
-        "Pair the features as (x[2i], x[2i+1]) (interleaved, as in notebook 05), not as (x[i], x[i + d/2]).",
-    ),
-    (
-        "RoPE applied before splitting the heads",
-        {"rope_before_split": True},
-        "RoPE works inside each head, with frequencies base**(-2i/d_head): split q and k into heads first, "
-        "then rotate each (seq, d_head) matrix.",
-    ),
-    (
-        "rope_base ignored",
-        {"rope_base": 10000.0},
-        "Use the module's rope_base for the frequencies, not a fixed 10000.",
-    ),
-    (
-        "positions not offset by the cache",
-        {"offset_positions": False},
-        "New tokens continue the sequence: rotate them at positions past, past + 1, ... with past = cache.length "
-        "(read it *before* appending), not at 0, 1, ...",
-    ),
-    (
-        "mask not offset by the cache",
-        {"offset_mask": False},
-        "With past cached keys the queries are the last rows: query i sits at position past + i and sees keys "
-        "0 .. past + i, i.e. tril(diagonal=past) on the (seq, past + seq) rectangle; a plain tril() (or "
-        "is_causal=True) hides most of the cache.",
-    ),
-)
-
-
-def _leaks_the_future_probe(d_in: int) -> Misconception:
-    def detect(run) -> bool:
-        x = torch.randn(1, 6, d_in, generator=torch.Generator().manual_seed(66))
-        later = x.clone()
-        later[:, 4:] += 1.0  # change tokens 4 and 5 only
-        return not torch.allclose(run(x)[:, :4], run(later)[:, :4], atol=1e-5, rtol=1e-4)
-
-    return Misconception(
-        "not causal: changing a later token changes an earlier output",
-        None,
-        "Changing tokens 4 and 5 changed the outputs of tokens 0 .. 3: a token must not see the ones after it. "
-        "Mask the scores of later keys with -inf before the softmax.",
-        detect=detect,
-    )
-
-
 def _causal_settings() -> list[ModuleSetting]:
-    def setting(d_model, heads, calls, *, d_in=None, bias=True, rope_base=10000.0):
-        kwargs = {}
-        if d_in is not None:
-            kwargs["d_in"] = d_in
-        if not bias:
-            kwargs["bias"] = False
-        if rope_base != 10000.0:
-            kwargs["rope_base"] = rope_base
-        package = {
-            "d_model": d_model,
-            "num_heads": heads,
-            "d_in": d_in,
-            "qkv_bias": bias,
-            "out_bias": bias,
-            "causal": True,
-            "rope": True,
-            "rope_base": rope_base,
-            "max_seq_len": 64,
-        }
-        return ModuleSetting((d_model, heads), kwargs, package, tuple(calls), {"causal": True, "rope_base": rope_base})
+    # Full passes, need_weights=True without a cache (how notebook 07 trains the module), chunks of uneven sizes
+    # through one cache (notebook 11 decodes so), token by token, and a second sequence after a first. 17 tokens:
+    # longer than a fixed (16, 16) mask or RoPE table.
+    def calls(*made: Call) -> tuple[Call, ...]:
+        return made
 
-    # split_at None: the full pass; p > 0: p tokens cached, the rest decoded in one call (need_weights=True);
-    # 0: every token decoded on its own. 17 tokens: longer than a fixed (16, 16) mask or RoPE table.
     return [
-        setting(8, 2, [(2, 5, None), (1, 1, None), (2, 7, 3), (1, 6, 0)]),
-        setting(12, 3, [(1, 17, None), (2, 7, 5), (1, 7, 0)], d_in=6, rope_base=100.0),
-        setting(16, 4, [(3, 7, None), (1, 9, 4)], bias=False),
-        setting(8, 1, [(2, 4, None), (1, 5, 0), (1, 5, 2)]),
-    ]
+        ModuleSetting(8, 8, 2, calls=calls(
+            Call("full", 2, 5), Call("full", 1, 1), Call("weights", 2, 6), Call("chunks", 2, 7, (3, 2, 2)),
+            Call("tokens", 1, 6), Call("again", 2, 5),
+        )),
+        ModuleSetting(6, 12, 3, rope_base=100.0, calls=calls(
+            Call("full", 1, 17), Call("chunks", 2, 7, (5, 2)), Call("tokens", 1, 7), Call("weights", 1, 4),
+        )),
+        ModuleSetting(16, 16, 4, bias=False, calls=calls(Call("full", 3, 7), Call("chunks", 1, 9, (4, 1, 4)))),
+        ModuleSetting(8, 8, 1, calls=calls(Call("full", 2, 4), Call("tokens", 1, 5), Call("chunks", 1, 5, (2, 3)))),
+    ]  # fmt: skip
 
 
 def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckResult:
     """Check the learner's class ``MyCausalSelfAttention(d_model, num_heads, *, d_in=None, bias=True,
-    rope_base=10000.0)`` (the contract of :mod:`.learner`).
+    rope_base=10000.0)`` (:data:`~mhsa_helpers.teaching.modules.CAUSAL_CONTRACT`).
 
-    Built at four sizes (1 to 4 heads, d_in != d_model, no biases, base 100) with a package module's
-    weights copied in by :func:`copy_package_weights`, it must give the package's outputs on full passes
-    of 1 to 17 tokens, on new tokens decoded after a cache (outputs and attention weights
-    ``(batch, heads, seq, past + seq)``) and token by token; a later token must never change an earlier
-    output; and a backward pass must reach every weight and bias."""
+    Built at four sizes (1 to 4 heads, d_in != d_model, no biases, base 100) and two drawn for the answer (one in
+    float64), with a package module's weights copied in, it must behave as a function of its input and give the
+    package's outputs on full passes of 1 to 17 tokens, with need_weights=True, on chunks of uneven size through
+    one cache, token by token and after another sequence; then a backward pass must reach every weight and bias.
+    A wrong module is diagnosed by isolating each step (:func:`~mhsa_helpers.teaching.modules.diagnose`)."""
     return check_module(
         "my_causal_self_attention",
         learner,
+        CAUSAL_CONTRACT,
         _causal_settings(),
-        CAUSAL_MODULE_MISTAKES,
         seed=6060,
-        probes=(_leaks_the_future_probe,),
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
-        loader=copy_package_weights,
         verbose=verbose,
     )

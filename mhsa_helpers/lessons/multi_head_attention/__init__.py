@@ -9,7 +9,6 @@ from .exercises import (
     check_split_heads,
 )
 from .explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED, heads_explorer
-from .learner import load_package_weights
 
 __all__ = [
     "HEADS_SENTENCE",
@@ -20,6 +19,5 @@ __all__ = [
     "check_parameter_prediction",
     "check_split_heads",
     "heads_explorer",
-    "load_package_weights",
     "split_merge_diagram",
 ]

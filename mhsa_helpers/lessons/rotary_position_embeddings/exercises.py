@@ -14,13 +14,14 @@ from dataclasses import replace
 import torch
 
 from ... import RotaryEmbedding, apply_rotary, scaled_dot_product_attention
-from ...teaching.checking import Case, CheckResult, Misconception, check_function
-from ..multi_head_attention.learner import check_prediction
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.predictions import check_prediction
 
 __all__ = [
     "check_apply_rope",
     "check_rope_attention",
     "check_score_prediction",
+    "handed_out_rope_attention",
 ]
 
 
@@ -87,60 +88,81 @@ def _apply_written_as_halves(x, positions, base):
 
 
 _CONVENTION_HINT = (
-    "This exercise uses the interleaved pairs (x[0], x[1]), (x[2], x[3]), ... (the RoFormer paper, "
-    "Meta's original LLaMA code). You rotated the half-split pairs (x[i], x[i + d/2]) of Hugging Face's "
-    "rotate_half: identical at position 0, different everywhere after."
+    "This exercise uses the interleaved pairs (x[0], x[1]), (x[2], x[3]), ... (the RoFormer paper, Meta's original "
+    "LLaMA code); the half-split pairs (x[i], x[i + d/2]) of Hugging Face's rotate_half are identical at position 0 "
+    "and different everywhere after."
 )
+_CONVENTION_FIX = "Pair x[..., 0::2] with x[..., 1::2], and put each rotated pair back in place."
+_ANGLES = "Look at the angle each pair turns by."
 
 APPLY_MISCONCEPTIONS = (
-    Misconception("wrong pairing convention (half-split)", _apply_half_split, _CONVENTION_HINT),
+    Misconception(
+        "wrong pairing convention (half-split)",
+        _apply_half_split,
+        _CONVENTION_HINT,
+        fix=_CONVENTION_FIX,
+        symptom="Your rotation turns other pairs of features than the reference's. Look at which features are paired.",
+    ),
     Misconception(
         "positions shifted by one",
         _apply_shifted,
-        "Your rotation uses positions + 1: the token at position m must turn by m · θ_i (position 0 not at all).",
+        "The token at position m must turn by m · θ_i (position 0 not at all).",
+        fix="Use positions as given: angles = positions[:, None] * theta.",
+        symptom="Every row is turned by one step too many. " + _ANGLES,
     ),
     Misconception(
         "rotated pairs written back as two halves (cat instead of interleaving)",
         _apply_written_as_halves,
-        "You rotated each pair (x[2i], x[2i+1]) correctly but wrote the results back as [all first parts | "
-        "all second parts] with torch.cat: that is the half-split layout. Put each rotated pair back in place: "
-        "torch.stack((first, second), dim=-1).flatten(-2). Mixing the two layouts is a bug real checkpoint "
-        "converters have shipped: the model loads and talks nonsense.",
+        "Each pair (x[2i], x[2i+1]) is rotated correctly but written back as [all first parts | all second parts]: "
+        "that is the half-split layout. Mixing the two layouts is a bug real checkpoint converters have shipped: the "
+        "model loads and talks nonsense.",
+        fix="Put each rotated pair back in place: torch.stack((first, second), dim=-1).flatten(-2).",
+        symptom="Your numbers are the right ones in the wrong places. Look at how the rotated pairs are put back.",
     ),
     Misconception(
         "positions ignored: counted from 0",
         _apply_from_zero,
-        "Rotate row j by the angle positions[j] * theta_i, not j * theta_i: a chunk that starts at "
-        "position 5 (or a token decoded after 5 cached ones) must be rotated as position 5.",
+        "Row j turns by positions[j] * theta_i, not j * theta_i: a chunk that starts at position 5 (or a token decoded "
+        "after 5 cached ones) must be rotated as position 5.",
+        fix="angles = positions[:, None] * theta, with the positions you were given.",
+        symptom="Your rotation is right only where the positions start at 0. " + _ANGLES,
     ),
     Misconception(
         "rotated the wrong way",
         _apply_wrong_direction,
-        "A rotation by +angle maps (a, b) to (a cos - b sin, a sin + b cos); you have the signs of the "
-        "sin terms swapped, which rotates by -angle.",
+        "A rotation by +angle maps (a, b) to (a cos - b sin, a sin + b cos); with the signs of the sin terms swapped "
+        "it rotates by -angle.",
+        fix="first * cos - second * sin, then first * sin + second * cos.",
+        symptom="Your pairs turn by the right amount, in the other direction.",
     ),
     Misconception(
         "same frequency for every pair",
         _apply_one_frequency,
-        "Each pair i turns at its own speed theta_i = base**(-2i/d_head): the angle is "
-        "position * theta_i, not the same position for every pair.",
+        "Each pair i turns at its own speed theta_i = base**(-2i/d_head): the angle is position * theta_i.",
+        fix="theta = base ** (-torch.arange(0, d_head, 2) / d_head); angles = positions[:, None] * theta.",
+        symptom="Every pair turns at the same speed. " + _ANGLES,
     ),
     Misconception(
         "frequencies with exponent -i/d",
         _apply_with_frequencies(_freq_i_over_d),
-        "theta_i = base**(-2i/d_head) for pair i (note the 2): torch.arange(0, d_head, 2) / d_head. "
-        "With -i/d the slowest pair turns far too fast.",
+        "theta_i = base**(-2i/d_head) for pair i (note the 2); with -i/d the slowest pair turns far too fast.",
+        fix="torch.arange(0, d_head, 2) / d_head as the exponent.",
+        symptom="Pair 0 is right; every later pair turns faster than the reference's. " + _ANGLES,
     ),
     Misconception(
         "frequencies with a positive exponent",
         _apply_with_frequencies(_freq_positive_exponent),
-        "theta_i = base ** (-2i/d_head): the minus sign makes the frequencies *fall* from 1 (pair 0, "
-        "one radian per position) to nearly 0 (the last pair).",
+        "The minus sign makes the frequencies *fall* from 1 (pair 0, one radian per position) to nearly 0 (the last "
+        "pair).",
+        fix="theta = base ** (-torch.arange(0, d_head, 2) / d_head).",
+        symptom="Pair 0 is right; later pairs spin ever faster instead of slower. " + _ANGLES,
     ),
     Misconception(
         "frequencies counted from pair 1",
         _apply_with_frequencies(_freq_from_one),
-        "Count pairs from i = 0, so the first frequency is base**0 = 1: torch.arange(0, d_head, 2).",
+        "Pairs count from i = 0, so the first frequency is base**0 = 1.",
+        fix="torch.arange(0, d_head, 2), which starts at 0.",
+        symptom="Every pair turns at the speed of the pair after it. " + _ANGLES,
     ),
 )
 
@@ -169,6 +191,19 @@ def _apply_cases() -> list[Case]:
     ]
 
 
+def _draw_apply(g: torch.Generator) -> list[Case]:
+    cases = []
+    for lead in ((3,), (), (2, 2), (1, 3)):
+        seq, d_head = int(torch.randint(1, 9, (1,), generator=g)), 2 * int(torch.randint(3, 6, (1,), generator=g))
+        first = int(torch.randint(0, 40, (1,), generator=g))
+        positions = first + torch.randint(0, 3, (seq,), generator=g).cumsum(0)
+        base = float((10000.0, 500.0, 100.0)[int(torch.randint(3, (1,), generator=g))])
+        shape = (*lead, seq, d_head)
+        text = f"x {shape}, positions {positions.tolist()}, base {base:g}"
+        cases.append(Case((random_tensor(g, *shape), positions, base), description=text))
+    return cases
+
+
 def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(x (..., seq, d_head), positions (seq,), base=10000.0) -> (..., seq, d_head)``
     (interleaved pairs); once every case is right, a call without ``base`` must use 10000."""
@@ -179,6 +214,7 @@ def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = Tr
         _apply_cases(),
         APPLY_MISCONCEPTIONS,
         shortcuts=("RotaryEmbedding", "apply_rotary"),
+        draw=_draw_apply,
         verbose=False,
     )
     if result.correct:
@@ -221,38 +257,60 @@ def _attention_reference(q, k, v, positions, base):
     return _attention(q, k, v, positions, base)
 
 
+def handed_out_rope_attention(q, k, v, positions, base):
+    """The function exercise 2 hands out, with its bug: ``q, k, v (..., seq, d_head)``, ``positions (seq,)``."""
+    rope = RotaryEmbedding(q.shape[-1], int(positions.max()) + 1, base)
+    q, k, v = rope(q, positions), rope(k, positions), rope(v, positions)
+    return scaled_dot_product_attention(q, k, v)
+
+
+_BOTH = "q_m · k_n depends on m - n only when *both* are rotated by their positions."
+_WHICH = "Look at which tensors are rotated."
+
 ROPE_ATTENTION_MISCONCEPTIONS = (
+    Misconception(
+        "RoPE applied to V",
+        handed_out_rope_attention,
+        "Positions should change *who attends to whom* (the scores), not the content that is mixed: rotated values "
+        "make the output depend on absolute positions.",
+        fix="Rotate only the queries and keys: q, k = rope(q, positions), rope(k, positions); leave v as it is.",
+        symptom="Your output changes when every position moves by the same amount, although no distance changed. "
+        + _WHICH,
+    ),
     Misconception(
         "positions ignored (0 .. seq-1 used)",
         lambda q, k, v, p, b: _attention(q, k, v, torch.arange(q.shape[-2]), b),
-        "Your rotation uses positions 0, 1, 2, ... instead of the positions you were given. Rotate q and k "
-        "by `positions` (they need not start at 0 or be consecutive, e.g. after a cache).",
-    ),
-    Misconception(
-        "RoPE applied to V",
-        lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("q", "k", "v")),
-        "Rotate only the queries and keys: positions should change *who attends to whom* (the scores), "
-        "not the content that is mixed. Rotated values make the output depend on absolute positions.",
+        "The rotation must use the positions given, which need not start at 0 or be consecutive (e.g. after a cache).",
+        fix="Rotate q and k by `positions`, not by torch.arange(seq).",
+        symptom="Your output is right only where the positions are 0, 1, 2, ...",
     ),
     Misconception(
         "RoPE on the queries only",
         lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("q",)),
-        "Rotate the keys too: q_m . k_n depends on m - n only when *both* are rotated by their positions.",
+        _BOTH,
+        fix="Rotate the keys too.",
+        symptom="Your scores do not depend on the keys' positions. " + _WHICH,
     ),
     Misconception(
         "RoPE on the keys only",
         lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=("k",)),
-        "Rotate the queries too: q_m . k_n depends on m - n only when *both* are rotated by their positions.",
+        _BOTH,
+        fix="Rotate the queries too.",
+        symptom="Your scores do not depend on the queries' positions. " + _WHICH,
     ),
     Misconception(
         "no RoPE at all",
         lambda q, k, v, p, b: _attention(q, k, v, p, b, rotate=()),
-        "The result equals attention without positions: rotate q and k by their positions before the scores.",
+        "The result equals attention without positions.",
+        fix="Rotate q and k by their positions before the scores.",
+        symptom="Your output does not depend on the positions at all.",
     ),
     Misconception(
         "wrong pairing convention (half-split)",
         lambda q, k, v, p, b: _attention(q, k, v, p, b, convention="half_split"),
         _CONVENTION_HINT,
+        fix="RotaryEmbedding(d_head, max_len, base) pairs interleaved features by default: do not pass 'half_split'.",
+        symptom="Your rotation turns other pairs of features than the reference's.",
     ),
 )
 
@@ -277,15 +335,29 @@ def _attention_cases() -> list[Case]:
     ]
 
 
+def _draw_attention(g: torch.Generator) -> list[Case]:
+    cases = []
+    for lead in ((2,), (), (1, 3), (2, 2)):
+        seq, d_head = int(torch.randint(2, 9, (1,), generator=g)), 2 * int(torch.randint(2, 5, (1,), generator=g))
+        positions = int(torch.randint(0, 30, (1,), generator=g)) + torch.randint(1, 3, (seq,), generator=g).cumsum(0)
+        shape = (*lead, seq, d_head)
+        qkv = tuple(random_tensor(g, *shape) for _ in range(3))
+        cases.append(Case((*qkv, positions, 100.0), description=f"q, k, v {shape}, positions {positions.tolist()}"))
+    return cases
+
+
 def check_rope_attention(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner(q, k, v (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)``:
-    attention (no mask, scale ``1/sqrt(d_head)``) with interleaved RoPE on queries and keys."""
+    """Debugging exercise: ``learner(q, k, v (..., seq, d_head), positions (seq,), base) -> (..., seq, d_head)``,
+    attention (no mask, scale ``1/sqrt(d_head)``) with interleaved RoPE on queries and keys. The notebook hands
+    out :func:`handed_out_rope_attention`."""
     return check_function(
         "rope_attention",
         learner,
         _attention_reference,
         _attention_cases(),
         ROPE_ATTENTION_MISCONCEPTIONS,
+        draw=_draw_attention,
+        original=handed_out_rope_attention,
         verbose=verbose,
     )
 
@@ -318,12 +390,14 @@ def check_score_prediction(answer: object, *, verbose: bool = True) -> CheckResu
             "the score grows with the positions",
             lambda: PREDICTION_SCORE * 7 / 2,
             "RoPE turns vectors; it never makes them longer. And the score depends on m - n only.",
+            symptom="Does a rotation make a vector longer?",
         ),
         Misconception(
             "moving the tokens changes the score",
             lambda: 0.0,
             "Both tokens moved by 5, so their distance is still 2: (R_m q) . (R_n k) = q . R_(n-m) k depends on "
             "n - m only (section 6).",
+            symptom="What changed between the two pairs of positions, and what did not?",
         ),
     )
     return check_prediction(
@@ -332,5 +406,6 @@ def check_score_prediction(answer: object, *, verbose: bool = True) -> CheckResu
         _moved_score,
         "rope(q, 7) . rope(k, 5), given rope(q, 2) . rope(k, 0) = 1.25",
         mistakes,
+        explain="both tokens moved by 5, their distance is still 2, and the score depends on the distance only",
         verbose=verbose,
     )
