@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -66,7 +66,7 @@ class Recipe:
       division), ``"d_model"`` (rotated before the split); ``sign``: 1; -1 (turned the wrong way);
       ``base``: None (the module's rope_base); a number (a fixed base, the module's ignored);
     * under a cache of ``past`` tokens: ``positions``: ``"past"``; ``"zero"`` (restart at 0), ``"past+new"``
-      (read after appending), ``"past+1"``; ``mask``: ``"past"``; ``"top-left"``, ``"past+new"``;
+      (read after appending); ``mask``: ``"past"``; ``"top-left"``;
       ``cached_keys``: ``"rotated"`` (stored after RoPE); ``"unrotated"`` (stored before it and never turned),
       ``"rotated twice"`` (stored after it and turned again with all the keys).
     """
@@ -90,13 +90,12 @@ class Recipe:
     mask: str = "past"
     cached_keys: str = "rotated"
 
-    def mistakes(self) -> dict[str, Any]:
-        """The steps where this recipe differs from the right one: ``{field: value}``."""
-        right = replace(RIGHT, causal=self.causal, rope=self.rope, rope_base=self.rope_base)
+    def mistakes(self, right: Recipe) -> dict[str, Any]:
+        """The steps where this recipe differs from ``right`` (the base of RoPE aside): ``{field: value}``."""
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("causal", "rope", "rope_base") and getattr(self, f.name) != getattr(right, f.name)
+            if f.name != "rope_base" and getattr(self, f.name) != getattr(right, f.name)
         }
 
 
@@ -160,7 +159,7 @@ def attend(
     q, k, v = (F.linear(x, params[f"w_{n}"], params[f"b_{n}"]) for n in "qkv")  # type: ignore[arg-type]
     new, d_model = x.shape[1], q.shape[-1]
     past = 0 if cached is None else cached[0].shape[-2]
-    first = {"past": past, "zero": 0, "past+new": past + new, "past+1": past + 1}[recipe.positions]
+    first = {"past": past, "zero": 0, "past+new": past + new}[recipe.positions]
     positions = torch.arange(first, first + new)
     base = recipe.rope_base if recipe.base is None else recipe.base
 
@@ -193,7 +192,7 @@ def attend(
     scores = scores / scale[recipe.scale]
     if recipe.causal:
         total = keys.shape[-2]
-        diagonal = {"past": total - new, "top-left": 0, "past+new": total}[recipe.mask]
+        diagonal = {"past": total - new, "top-left": 0}[recipe.mask]
         allowed = torch.ones(new, total, dtype=torch.bool).tril(diagonal=diagonal)
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=recipe.softmax_dim)

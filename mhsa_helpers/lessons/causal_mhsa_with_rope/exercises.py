@@ -15,7 +15,7 @@ import torch
 
 from ... import RotaryEmbedding, causal_mask, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ...teaching.modules import CAUSAL_CONTRACT, Call, ModuleSetting, check_module
+from ...teaching.modules import CAUSAL_CONTRACT, CAUSAL_SETTINGS, check_module
 from ...teaching.predictions import check_prediction
 
 __all__ = [
@@ -260,40 +260,21 @@ def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResul
 # ------------------------------------------------- the learner's own causal module
 
 
-def _causal_settings() -> list[ModuleSetting]:
-    # Full passes, need_weights=True without a cache (how notebook 07 trains the module), chunks of uneven sizes
-    # through one cache (notebook 11 decodes so), token by token, and a second sequence after a first. 17 tokens:
-    # longer than a fixed (16, 16) mask or RoPE table.
-    def calls(*made: Call) -> tuple[Call, ...]:
-        return made
-
-    return [
-        ModuleSetting(8, 8, 2, calls=calls(
-            Call("full", 2, 5), Call("full", 1, 1), Call("weights", 2, 6), Call("chunks", 2, 7, (3, 2, 2)),
-            Call("tokens", 1, 6), Call("again", 2, 5),
-        )),
-        ModuleSetting(6, 12, 3, rope_base=100.0, calls=calls(
-            Call("full", 1, 17), Call("chunks", 2, 7, (5, 2)), Call("tokens", 1, 7), Call("weights", 1, 4),
-        )),
-        ModuleSetting(16, 16, 4, bias=False, calls=calls(Call("full", 3, 7), Call("chunks", 1, 9, (4, 1, 4)))),
-        ModuleSetting(8, 8, 1, calls=calls(Call("full", 2, 4), Call("tokens", 1, 5), Call("chunks", 1, 5, (2, 3)))),
-    ]  # fmt: skip
-
-
 def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckResult:
     """Check the learner's class ``MyCausalSelfAttention(d_model, num_heads, *, d_in=None, bias=True,
     rope_base=10000.0)`` (:data:`~mhsa_helpers.teaching.modules.CAUSAL_CONTRACT`).
 
-    Built at four sizes (1 to 4 heads, d_in != d_model, no biases, base 100) and two drawn for the answer (one in
-    float64), with a package module's weights copied in, it must behave as a function of its input and give the
-    package's outputs on full passes of 1 to 17 tokens, with need_weights=True, on chunks of uneven size through
-    one cache, token by token and after another sequence; then a backward pass must reach every weight and bias.
+    Built at the five sizes of :data:`~mhsa_helpers.teaching.modules.CAUSAL_SETTINGS` (1 to 4 heads, d_in !=
+    d_model, no biases, base 100, a grouped model's weights) and two drawn for the answer (one in float64), with a
+    package module's weights copied in, it must behave as a function of its input and give the package's outputs
+    on full passes of 1 to 17 tokens, with need_weights=True, on chunks of uneven size through one cache, token
+    by token and after another sequence; then a backward pass must reach every weight and bias.
     A wrong module is diagnosed by isolating each step (:func:`~mhsa_helpers.teaching.modules.diagnose`)."""
     return check_module(
         "my_causal_self_attention",
         learner,
         CAUSAL_CONTRACT,
-        _causal_settings(),
+        CAUSAL_SETTINGS,
         seed=6060,
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
         verbose=verbose,

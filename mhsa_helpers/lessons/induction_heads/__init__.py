@@ -3,10 +3,12 @@
 The task (``task``), the two-layer attention-only model (``model``), the training loop
 (``training``), the head scores and ablations (``scores``), the shipped checkpoints
 (``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
-explorer over training steps (``explorer``), the schematic diagrams (``diagrams``), and the check
-that the learner's own attention module is written (``your_module``, "train your own module").
+explorer over training steps (``explorer``), the schematic diagrams (``diagrams``), and, from
+``teaching.modules``, the check that the learner's own attention module is written and, when it fails, why
+("train your own module").
 """
 
+from ...teaching.modules import explained, module_is_written
 from .checkpoints import (
     CHECKPOINT_FILE,
     CHECKPOINT_SEED,
@@ -52,7 +54,6 @@ from .training import (
     split_losses,
     train_induction,
 )
-from .your_module import module_is_written
 
 __all__ = [
     "BOS",
@@ -82,6 +83,7 @@ __all__ = [
     "check_untrained_prediction",
     "evaluation_batch",
     "example_index",
+    "explained",
     "find_induction_circuit",
     "head_scores",
     "in_context_loss",

@@ -7,7 +7,7 @@ over layers, heads and sentences (``explorer``), the exercise checkers (``exerci
 model with the learner's attention module in every layer (``swap``).
 """
 
-from ..induction_heads.your_module import module_is_written
+from ...teaching.modules import explained, module_is_written
 from .diagrams import real_model_diagram
 from .exercises import (
     PREDICTION_HEADS,
@@ -54,6 +54,7 @@ __all__ = [
     "copy_loss",
     "copy_losses",
     "copying_test",
+    "explained",
     "first_copy_mask",
     "head_score_maps",
     "layer_head_maps",

@@ -26,6 +26,7 @@ from ...block import LlamaBlock
 from ...kv_cache import KVCache
 from ...mha import MultiHeadSelfAttention
 from ...real_model import CausalLM
+from ...teaching.modules import copy_gqa_weights
 
 __all__ = ["YourAttention", "copy_gqa_weights", "with_attention"]
 
@@ -38,62 +39,6 @@ def _linear(module: nn.Module, name: str) -> nn.Linear:
             f"got {type(layer).__name__} in {type(module).__name__}"
         )
     return layer
-
-
-@torch.no_grad()
-def copy_gqa_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.Module:
-    """Copy the package's attention ``theirs`` into the learner's module ``mine`` (in place; returns it).
-
-    ``mine`` has ``w_q``, ``w_k``, ``w_v`` ``(d_model, d_in)`` and ``w_o`` ``(d_model, d_model)``.
-    ``theirs`` may group its key/value heads: each of its ``num_kv_heads`` heads of ``W_K`` and ``W_V``
-    (and their biases) is repeated for the ``num_heads // num_kv_heads`` query heads it serves. Both
-    must rotate by RoPE on interleaved pairs, as notebook 06's module does, and have biases alike.
-    """
-    if not isinstance(theirs, MultiHeadSelfAttention):
-        raise TypeError(f"theirs must be the package's MultiHeadSelfAttention, got {type(theirs).__name__}")
-    if not theirs.causal or theirs.rope is None or theirs.rope.convention != "interleaved":
-        raise ValueError(
-            "theirs must be causal with RoPE on interleaved pairs (what notebook 06's module computes), got "
-            f"causal={theirs.causal}, rope={'off' if theirs.rope is None else theirs.rope.convention}"
-        )
-    if theirs.rope.scaling is not None:
-        raise ValueError(f"theirs stretches RoPE ({theirs.rope.scaling}); notebook 06's module does not")
-    w_q, w_k, w_v, w_o = (_linear(mine, name) for name in ("w_q", "w_k", "w_v", "w_o"))
-    d_model, d_in, heads, d_head = theirs.d_model, theirs.d_in, theirs.num_heads, theirs.d_head
-    groups = heads // theirs.num_kv_heads
-    for name, layer, shape in (("w_q", w_q, (d_model, d_in)), ("w_k", w_k, (d_model, d_in)),
-                               ("w_v", w_v, (d_model, d_in)), ("w_o", w_o, (theirs.d_out, d_model))):  # fmt: skip
-        if tuple(layer.weight.shape) != shape:
-            raise ValueError(
-                f"mine.{name}.weight must have shape {shape} to hold theirs ({heads} heads of {d_head}, d_in={d_in}), "
-                f"got {tuple(layer.weight.shape)}"
-            )
-    biases = (theirs.qkv_proj.bias is not None, theirs.out_proj.bias is not None)
-    if (w_q.bias is not None, w_o.bias is not None) != biases:
-        raise ValueError(
-            f"mine and theirs must both have biases or both not: theirs has qkv bias {biases[0]}, out bias "
-            f"{biases[1]}; mine has w_q bias {w_q.bias is not None}, w_o bias {w_o.bias is not None}"
-        )
-
-    def per_query_head(rows: torch.Tensor) -> torch.Tensor:
-        # (kv_heads * d_head, ...) -> (heads * d_head, ...): kv head g serves query heads g*groups .. g*groups+groups-1.
-        by_head = rows.reshape(theirs.num_kv_heads, d_head, *rows.shape[1:])
-        return by_head.repeat_interleave(groups, dim=0).reshape(heads * d_head, *rows.shape[1:])
-
-    sizes = (d_model, theirs.kv_dim, theirs.kv_dim)
-    q, k, v = theirs.qkv_proj.weight.split(sizes)
-    w_q.weight.copy_(q)
-    w_k.weight.copy_(per_query_head(k))
-    w_v.weight.copy_(per_query_head(v))
-    w_o.weight.copy_(theirs.out_proj.weight)
-    if theirs.qkv_proj.bias is not None:
-        q_bias, k_bias, v_bias = theirs.qkv_proj.bias.split(sizes)
-        cast(torch.Tensor, w_q.bias).copy_(q_bias)
-        cast(torch.Tensor, w_k.bias).copy_(per_query_head(k_bias))
-        cast(torch.Tensor, w_v.bias).copy_(per_query_head(v_bias))
-    if theirs.out_proj.bias is not None:
-        cast(torch.Tensor, w_o.bias).copy_(theirs.out_proj.bias)
-    return mine
 
 
 class YourAttention(nn.Module):

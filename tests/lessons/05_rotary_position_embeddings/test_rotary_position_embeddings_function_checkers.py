@@ -40,6 +40,10 @@ def rope_attention_rotating_v(q, k, v, positions, base):
     return attention_ok(rotate_ok(q, positions, base), rotate_ok(k, positions, base), rotate_ok(v, positions, base))
 
 
+def rope_attention_keys_only(q, k, v, positions, base):
+    return attention_ok(q, rotate_ok(k, positions, base), v)
+
+
 def apply_rope_half_split(x, positions, base):
     return rotate_ok(x, positions, base, pairs="half_split")
 
@@ -56,7 +60,7 @@ CHECKERS = {
 
 # The mistakes the issue asks the checkers to name, written by hand above.
 LISTED_MISTAKES = [
-    ("rope_attention", rope_attention_rotating_v, "RoPE applied to V"),
+    ("rope_attention", rope_attention_keys_only, "RoPE on the keys only"),
     ("apply_rope", apply_rope_half_split, "wrong pairing convention (half-split)"),
     ("rope_attention", rope_attention_half_split, "wrong pairing convention (half-split)"),
 ]
@@ -70,3 +74,11 @@ LISTED_MISTAKES = [
     test_unknown_wrong_answer_is_incorrect,
     test_a_crash_is_reported_not_raised,
 ) = table_tests(CHECKERS, LISTED_MISTAKES)
+
+
+def test_the_handed_out_bug_rewritten_is_still_the_original_and_states_no_fix():
+    """Exercise 2 hands out attention that rotates V: an answer that still does, however it is written, is told
+    it gives what the handed-out code gives, and neither the mistake's name nor its fix."""
+    result = rope.check_rope_attention(rope_attention_rotating_v, verbose=False)
+    assert result.status == "original" and "still the original" in result.message
+    assert "V" not in result.message.split("]", 1)[1] and "RoPE" not in result.message

@@ -78,7 +78,6 @@ CHECKERS = {
 
 # The mistakes the issue asks the checkers to name, written by hand above.
 LISTED_MISTAKES = [
-    ("attend_with_cache", attend_with_cache_restarting_positions, "RoPE positions restart at 0"),
     ("attend_with_cache", attend_with_cache_mask_strict, "cache mask off by one: a token cannot see itself"),
 ]
 
@@ -99,3 +98,11 @@ def test_attend_with_cache_cases_have_a_cache():
         cached_k = case.args[3]
         assert cached_k.shape[-2] >= 1
     assert isinstance(decoding._step_cases()[0].args[5], RotaryEmbedding)
+
+
+def test_the_handed_out_bug_rewritten_is_still_the_original_and_states_no_fix():
+    """Exercise 2 hands out a step that rotates the new tokens from position 0: an answer that still does, however
+    it is written, is told it gives what the handed-out code gives, and neither the mistake's name nor its fix."""
+    result = CHECKERS["attend_with_cache"][0](attend_with_cache_restarting_positions, verbose=False)
+    assert result.status == "original" and "still the original" in result.message
+    assert "position" not in result.message and "past" not in result.message

@@ -1,0 +1,283 @@
+"""The module checker of notebooks 04 and 06 and its diagnosis (``mhsa_helpers.teaching.modules``), and the
+recipe it diagnoses with (``mhsa_helpers.teaching.attention_recipe``).
+
+The right recipe is held against the package's module (an independent implementation: fused projections,
+its own RoPE tables and cache); the diagnosis is held against modules written as a learner writes them
+(``learner_modules``), each with one or two slips, and against every mistake the recipe can make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from learner_modules import causal_module, multi_head_module, recipe_module
+
+import mhsa_helpers as mh
+from mhsa_helpers.teaching import feedback
+from mhsa_helpers.teaching.attention_recipe import RIGHT, attend, package_parameters, rotate
+from mhsa_helpers.teaching.claims import ClaimError, claim
+from mhsa_helpers.teaching.modules import (
+    CAUSAL_CONTRACT,
+    CAUSAL_SETTINGS,
+    MODULE_MISTAKES,
+    MULTI_HEAD_CONTRACT,
+    Call,
+    ModuleSetting,
+    check_module,
+    diagnose,
+    explain,
+    explained,
+    run_call,
+)
+
+CAUSAL = replace(RIGHT, causal=True, rope=True)
+SMALL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("chunks", 2, 6, (3, 2, 1)), Call("weights", 1, 4))),)
+
+
+def check_causal(learner, settings=SMALL):
+    return check_module("ex", learner, CAUSAL_CONTRACT, settings, seed=1, verbose=False)
+
+
+# ------------------------------------------------------------------ the recipe
+
+
+@pytest.mark.parametrize("convention", ["interleaved", "half_split"])
+def test_rotate_spelled_out_equals_the_packages_rope(convention):
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 4, 9, 10, 11, 30])
+    rope = mh.RotaryEmbedding(8, 32, 500.0, convention)
+    torch.testing.assert_close(rotate(x, positions, 500.0, pairs=convention), rope(x, positions))
+
+
+@pytest.mark.parametrize(("causal", "bias", "d_in"), [(False, True, 12), (True, False, 6), (True, True, 12)])
+def test_the_right_recipe_is_the_packages_module_full_with_weights_and_in_chunks(causal, bias, d_in):
+    torch.manual_seed(3)
+    theirs = mh.MultiHeadSelfAttention(
+        12, 3, d_in=d_in, causal=causal, rope=causal, rope_base=100.0, qkv_bias=bias, out_bias=bias
+    ).double()
+    params, recipe = package_parameters(theirs), replace(RIGHT, causal=causal, rope=causal, rope_base=100.0)
+    x = torch.randn(2, 7, d_in, dtype=torch.float64)
+    out, weights, _ = attend(recipe, params, x, 3)
+    want, want_weights = theirs(x, need_weights=True)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(weights, want_weights)
+    if causal:
+        cache, held, start = mh.KVCache(), None, 0
+        for size in (3, 1, 3):
+            got, got_weights, held = attend(recipe, params, x[:, start : start + size], 3, held)
+            want, want_weights = theirs(x[:, start : start + size], cache=cache, need_weights=True)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(got_weights, want_weights)
+            start += size
+
+
+def test_a_recipe_names_the_steps_it_gets_wrong():
+    wrong = replace(CAUSAL, scale="d_head", pairs="half_split", causal=False)
+    assert wrong.mistakes(CAUSAL) == {"scale": "d_head", "pairs": "half_split", "causal": False}
+    assert CAUSAL.mistakes(CAUSAL) == {} and RIGHT.mistakes(RIGHT) == {}
+
+
+def test_run_call_feeds_chunks_through_one_cache_and_names_its_outputs():
+    torch.manual_seed(0)
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True)
+    x = torch.randn(1, 6, 8)
+    call = Call("chunks", 1, 6, (3, 2, 1))
+    got = run_call(theirs, x, call, mh.KVCache)
+    assert len(got) == 4 and call.outputs()[1] == "chunk 2 (2 tokens after 3 cached)"
+    torch.testing.assert_close(torch.cat(got[:3], dim=1), theirs(x))
+    assert got[3].shape == (1, 2, 1, 6)
+    assert "fed in chunks of 3, 2 and 1 tokens" in call.describe(8)
+
+
+# ------------------------------------------------------------------ naming by isolating
+
+
+RECIPE_MISTAKES = [m for m in MODULE_MISTAKES if m.name != "a causal mask in a module without one"]
+
+
+@pytest.mark.parametrize("mistake", RECIPE_MISTAKES, ids=lambda m: m.name)
+def test_every_mistake_of_the_recipe_is_named_as_itself(mistake):
+    """A module computing the recipe with one wrong step: the checker finds it wrong, tells the symptom without
+    the name, keeps the name (alone) and the idea for the next attempt, and the fix for a request."""
+    learner = recipe_module(replace(CAUSAL, **mistake.change))
+    first = check_module("ex", learner, CAUSAL_CONTRACT, CAUSAL_SETTINGS, seed=6060, verbose=False)
+    assert first.misconception == mistake.name and first.key == f"mistake: {mistake.name}", first.message
+    assert first.message == first.symptom and mistake.name not in first.message and mistake.hint not in first.message
+    assert mistake.name in first.diagnosis and mistake.hint in first.diagnosis and mistake.fix not in first.diagnosis
+    assert mistake.fix in first.fix
+
+
+def test_the_same_module_again_is_named_and_its_fix_comes_on_request(capsys):
+    learner = causal_module(half_split=True)
+    first, second = check_causal(learner), check_causal(learner)
+    assert first.message == first.symptom and second.message == second.diagnosis
+    assert "'rotating pairs half-split instead of interleaved'" in second.message
+    second.reveal()
+    assert "the fix for 'rotating pairs half-split instead of interleaved': Pair x[..., 0::2]" in capsys.readouterr().out
+
+
+def test_a_causal_mask_in_notebook_04s_module_is_named():
+    result = check_module("ex", multi_head_module(causal=True), MULTI_HEAD_CONTRACT, (
+        ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),
+    ), seed=1, verbose=False)  # fmt: skip
+    assert result.misconception == "a causal mask in a module without one", result.message
+
+
+@pytest.mark.parametrize(
+    ("slips", "names"),
+    [
+        ({"half_split": True, "positions": "zero"}, ["rotating pairs half-split instead of interleaved",
+                                                     "positions not offset by the cache"]),
+        ({"sign": -1, "mask_top_left": True}, ["RoPE turns the wrong way", "mask not offset by the cache"]),
+        ({"exponent": "i/d", "cache_rotated_twice": True}, [
+            "RoPE frequencies base^(-i/d_head) instead of base^(-2i/d_head)", "cached keys rotated twice"]),
+    ],
+)  # fmt: skip
+def test_two_slips_of_a_learners_module_are_both_named(slips, names):
+    assert [m.name for m in diagnose(causal_module(**slips), CAUSAL_CONTRACT).mistakes] == names
+
+
+def test_an_unknown_mistake_is_never_given_a_known_name():
+    class ScaledByThree(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            out = super().forward(x, cache)
+            out = out + 0.1 * torch.tanh(out)  # nothing a recipe does
+            return (out, super().forward(x, cache, True)[1]) if need_weights else out
+
+    found = diagnose(ScaledByThree, CAUSAL_CONTRACT)
+    assert found.mistakes == () and found.unexplained and "every score equal" in found.differs
+    result = check_causal(ScaledByThree)
+    assert result.status == "incorrect" and result.misconception is None
+    assert "isolate one step at a time, with every score equal" in result.message
+
+
+def test_a_right_module_has_nothing_to_diagnose():
+    assert diagnose(causal_module(), CAUSAL_CONTRACT).mistakes == ()
+    assert diagnose(causal_module(), CAUSAL_CONTRACT).differs == ""
+    assert diagnose(multi_head_module(), MULTI_HEAD_CONTRACT).differs == ""
+
+
+def test_the_symptom_says_which_call_differs_and_where_to_look_without_the_name():
+    result = check_causal(causal_module(positions="zero"))
+    assert "fed in chunks of 3, 2 and 1 tokens" in result.message
+    assert "chunk 2 (2 tokens after 3 cached)" in result.message and "chunk 1" not in result.message
+    assert "look at the positions the new tokens are rotated at" in result.message
+    assert "offset" not in result.message and result.misconception == "positions not offset by the cache"
+
+
+# ------------------------------------------------------------------ behaviour, seen before any number
+
+
+@pytest.mark.parametrize(
+    ("slips", "name", "words"),
+    [
+        ({"always_weights": True}, "returns (output, weights) without need_weights=True", "returned a tuple"),
+        ({"weights_dropped": True}, "need_weights=True ignored", "did not return (output, weights)"),
+        ({"counts_calls": True}, "something kept from one call to the next", "two different outputs"),
+    ],
+)
+def test_what_the_module_does_is_named_at_once(slips, name, words):
+    result = check_causal(causal_module(**slips))
+    assert result.misconception == name and words in result.message
+    assert "`result.reveal()` shows the fix" in result.message and result.fix
+
+
+@pytest.mark.parametrize(
+    ("slips", "name"),
+    [
+        ({"dropout": True}, "random numbers drawn in forward"),
+        ({"weights_changed": True}, "forward changes the module's weights"),
+        ({"batch_mixed": True}, "the sequences of a batch are mixed"),
+        ({"detach_v": True}, "gradients do not reach every weight"),
+    ],
+)
+def test_notebook_04s_module_behaviour_is_named_at_once(slips, name):
+    setting = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
+    result = check_module("ex", multi_head_module(**slips), MULTI_HEAD_CONTRACT, setting, seed=1, verbose=False)
+    assert result.misconception == name, result.message
+
+
+def test_a_later_token_changing_an_earlier_output_is_a_symptom_the_probes_explain():
+    """No mask and a split that mixes positions both let the future in: the probes tell them apart."""
+    result = check_causal(causal_module(no_mask=True))
+    assert result.misconception == "no causal mask" and "changing the last two tokens changed the outputs" in (
+        result.message
+    )
+    view = check_causal(recipe_module(replace(CAUSAL, split="view", merge="reshape")))
+    assert view.misconception == "view without transpose when splitting" and "mask" not in view.message
+
+
+def test_a_fast_path_that_skips_the_mask_is_named_by_the_path():
+    assert check_causal(causal_module(fast_path_without_mask=True)).misconception == (
+        "need_weights=True takes another path"
+    )
+
+
+def test_need_weights_taking_another_path_is_named():
+    class TwoPaths(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            out, weights = super().forward(x, cache, need_weights=True)
+            return (out * 1.01, weights) if need_weights else out
+
+    assert check_causal(TwoPaths).misconception == "need_weights=True takes another path"
+
+
+def test_a_module_that_changes_the_notebooks_settings_is_told_and_the_settings_come_back():
+    class GradOff(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            torch.set_grad_enabled(False)
+            return super().forward(x, cache, need_weights)
+
+    result = check_causal(GradOff)
+    assert result.misconception == "changed the notebook's global PyTorch settings"
+    assert "turned gradients off" in result.message and torch.is_grad_enabled()
+
+
+def test_the_module_is_also_checked_in_float64_and_at_sizes_drawn_for_it():
+    class Float32Only(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            return super().forward(x.float(), cache, need_weights)
+
+    result = check_causal(Float32Only)
+    assert result.status == "error" and "in float64" in result.message
+    right = check_causal(causal_module())
+    assert right.correct and "3 module sizes (1 given, 2 drawn for your code)" in right.message
+
+
+def test_a_grouped_models_weights_go_in_as_notebook_11_copies_them():
+    setting = (ModuleSetting(16, 16, 4, kv_heads=2, calls=(Call("chunks", 1, 6, (4, 2)),)),)
+    assert check_causal(causal_module(), setting).correct
+
+
+# ------------------------------------------------------------------ the payoffs of notebooks 07 and 11
+
+
+@pytest.mark.parametrize(
+    ("slips", "cause"),
+    [
+        ({"half_split": True}, "'rotating pairs half-split instead of interleaved'"),
+        ({"mask_top_left": True}, "'mask not offset by the cache'"),
+        ({"positions": "zero"}, "'positions not offset by the cache'"),
+        ({"fast_path_without_mask": True}, "'need_weights=True takes another path'"),
+        ({"weights_dropped": True}, "'need_weights=True ignored'"),
+    ],
+)
+def test_a_failed_payoff_claim_prints_its_cause_in_one_line(slips, cause, capsys):
+    with pytest.raises(ClaimError), explained(causal_module(**slips)):
+        claim("your model's logits equal the package's", False)
+    printed = capsys.readouterr().out.strip()
+    assert len(printed.splitlines()) == 1 and cause in printed and "notebook 06, exercise 3" in printed
+
+
+def test_a_right_module_gets_no_cause_and_a_passing_block_prints_nothing(capsys):
+    assert explain(causal_module()) == ""
+    with explained(causal_module(half_split=True)):
+        claim("it holds", True)
+    assert capsys.readouterr().out == "✓ it holds\n"
+
+
+def test_explain_does_not_count_as_an_attempt():
+    explain(causal_module(half_split=True))
+    assert feedback.wrong_tries("notebook 06, exercise 3") == 0
