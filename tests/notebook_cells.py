@@ -34,8 +34,8 @@ def defined_in_notebook(path: Path, name: str):
 
 def exercise_structure_problems(path: Path) -> list[str]:
     """What notebook ``path`` lacks of the exercise shape of notebooks 01-03: one prediction, one debugging
-    exercise whose checker (run when the notebook was executed) names the handed-out bug, and a last
-    exercise with three nested hints."""
+    exercise whose checker (run when the notebook was executed) says the handed-out code is still the original
+    (and nothing of its bug), and a last exercise with three nested hints."""
     notebook = cells(path)
     code = [c for c in notebook if c["cell_type"] == "code"]
     problems = []
@@ -43,8 +43,8 @@ def exercise_structure_problems(path: Path) -> list[str]:
     if len(predictions) != 1:
         problems.append(f"{len(predictions)} prediction cells")
     debugging = [c for c in code if "result = check_" in source(c) and "NotImplementedError" not in source(c)]
-    if len(debugging) != 1 or "not yet: this looks like" not in printed(debugging[0]):
-        problems.append("no single debugging exercise whose checker names the bug")
+    if len(debugging) != 1 or "still the original" not in printed(debugging[0]):
+        problems.append("no single debugging exercise whose checker says the handed-out code is still the original")
     markdown = [source(c) for c in notebook if c["cell_type"] == "markdown"]
     last_exercise = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
     summaries = re.findall(r"<summary>Hint (\d) · ([^<]+)</summary>", last_exercise)

@@ -149,7 +149,7 @@ def test_a_symptom_names_a_close_variant_only_when_nothing_fits_exactly():
         "demo", lambda x: 3 * x, lambda x: x + 1, cases, misconceptions, verbose=False
     ).misconception == ("tripled")
     variant = check_function("demo", lambda x: 3.5 * x, lambda x: x + 1, cases, misconceptions, verbose=False)
-    assert variant.misconception == "grew too much" and "more than x + 1" in variant.message
+    assert variant.misconception == "grew too much" and "more than x + 1" in variant.diagnosis
     unrelated = check_function("demo", lambda x: x - 1, lambda x: x + 1, cases, misconceptions, verbose=False)
     assert unrelated.status == "incorrect"
 

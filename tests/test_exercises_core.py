@@ -45,8 +45,12 @@ def test_module_exports_the_core_api():
         "CheckResult",
         "Misconception",
         "check_function",
+        "escalate",
+        "judge",
+        "learner_line",
         "random_tensor",
         "random_tensors",
+        "state_changed",
     }
 
 
@@ -82,7 +86,7 @@ def test_error_is_reported_with_the_case_not_raised():
     assert result.status == "error" and not result.correct
     # The learner's own line, the arguments the checker passed, and the case's description.
     assert result.message == (
-        '[demo] your function raised ValueError: boom (in learner, line 78: `raise ValueError("boom")`). '
+        '[demo] your function raised ValueError: boom (in learner, line 82: `raise ValueError("boom")`). '
         "It was called with a tensor of shape (2,) (two ones); check which shapes your code assumes."
     )
 
@@ -102,7 +106,8 @@ def test_incorrect_names_the_first_differing_case_and_the_largest_difference():
     assert result.status == "incorrect"
     assert result.misconception is None
     assert result.message == (
-        "[demo] not yet: case 'has a negative' differs from the reference (largest difference 4)."
+        "[demo] not yet: case 'has a negative' differs from the reference (largest difference 4); 1 of 2 cases "
+        "differ, and it is right on 'agrees'."
     )
 
 
@@ -165,12 +170,12 @@ def test_every_fitting_misconception_is_named_and_a_crashing_one_is_skipped():
     assert result.status == "misconception" and not result.correct
     # Two named mistakes give the same numbers: both are said, the first is the result's name.
     assert result.misconception == "doubled"
-    assert result.message == (
+    assert result.diagnosis == (
         "[demo] not yet: your numbers fit 2 known mistakes, which give the same results on these cases; "
         "look for either. 'doubled': add one Or 'doubled again': or added x"
     )
     alone = check_function("demo", lambda x: x * 2.0, lambda x: x + 1, cases, misconceptions[:3], verbose=False)
-    assert alone.message == "[demo] not yet: this looks like 'doubled'. add one"
+    assert alone.diagnosis == "[demo] not yet: this looks like 'doubled'. add one"
 
 
 def test_a_misconception_must_match_on_every_case():
@@ -252,10 +257,11 @@ def test_square_retry_names_a_transposition_mistake_that_crashes_on_rectangular_
     )
     assert result.status == "misconception"
     assert result.misconception == "forgot to transpose W"
-    assert result.message.startswith("[demo] not yet: this looks like 'forgot to transpose W'. use x @ w.T")
-    assert "On rectangular inputs your function raised RuntimeError" in result.message
-    assert "(x (3, 4), w (2, 4))" in result.message
-    assert "on square inputs, where every axis has the same length" in result.message
+    assert result.diagnosis.startswith("[demo] not yet: this looks like 'forgot to transpose W'. use x @ w.T")
+    assert "On other inputs your function raised RuntimeError" in result.diagnosis
+    assert "(x (3, 4), w (2, 4))" in result.diagnosis
+    assert "on square inputs, where every axis has the same length" in result.diagnosis
+    assert result.message.startswith("[demo] your function raised RuntimeError") and "known mistake" in result.message
 
 
 def test_without_square_cases_the_same_mistake_is_an_error():

@@ -177,7 +177,8 @@ def test_a_crash_on_rectangular_inputs_is_quoted_whole_next_to_the_square_mistak
         verbose=False,
     )
     assert result.misconception == "transposed" and result.exercise == "square"
-    assert "On rectangular inputs your function raised ValueError: rows [0] and [1] do not match" in result.message
+    assert "On other inputs your function raised ValueError: rows [0] and [1] do not match" in result.diagnosis
+    assert result.message.startswith("[square] your function raised ValueError: rows [0] and [1] do not match")
 
 
 def test_a_complex_difference_is_measured_in_both_parts():

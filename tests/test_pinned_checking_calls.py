@@ -268,7 +268,8 @@ def test_square_cases_are_tried_only_after_a_crash():
         square_cases=[Case((torch.arange(9.0).reshape(3, 3),))],
         verbose=False,
     )
-    assert result.message == "[sq] not yet: this looks like 'transposed'. Transpose back."
+    assert result.diagnosis == "[sq] not yet: this looks like 'transposed'. Transpose back."
+    assert result.message == result.symptom and "On other inputs" not in result.diagnosis
 
 
 def test_a_square_mistake_behind_a_crash_is_told_under_the_exercises_name():
@@ -289,9 +290,15 @@ def test_a_square_mistake_behind_a_crash_is_told_under_the_exercises_name():
     )
     assert (result.exercise, result.status, result.misconception) == ("square mistake", "misconception", "transposed")
     assert result.message.startswith(
-        "[square mistake] not yet: this looks like 'transposed'. Transpose back. (On rectangular inputs your "
-        "function raised ValueError: not square (in learner, line "
+        "[square mistake] your function raised ValueError: not square (in learner, line "
+    ) and result.message.endswith(
+        "On square inputs, where every axis has the same length, it runs without an error and gives the numbers of "
+        "a known mistake: `result.hint()` names it."
     ), result.message
+    assert result.diagnosis.startswith(
+        "[square mistake] not yet: this looks like 'transposed'. Transpose back. (On other inputs your "
+        "function raised ValueError: not square (in learner, line "
+    ), result.diagnosis
 
 
 # ------------------------------------------------------------------ the shortcut note
@@ -314,7 +321,8 @@ def test_the_note_follows_every_verdict_on_the_answer():
     note = NOTE.format("`textwrap.dedent`")
     assert (right.exercise, right.status, right.message) == ("ex", "correct", "[ex] correct on its one case." + note)
     assert (named.status, named.misconception) == ("misconception", "doubled")
-    assert named.message == "[ex] not yet: this looks like 'doubled'. Do not double." + note
+    assert named.diagnosis == "[ex] not yet: this looks like 'doubled'. Do not double." + note
+    assert named.message == named.symptom and named.symptom.endswith(note)
     assert wrong.status == "incorrect" and wrong.message.endswith(note)
     assert right.shortcuts == named.shortcuts == wrong.shortcuts == ("textwrap.dedent",)
 

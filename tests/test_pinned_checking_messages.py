@@ -86,9 +86,20 @@ def test_true_is_not_a_count():
 # ------------------------------------------------------------------ tensors
 
 
-def test_a_float64_answer_matches_a_float32_reference():
+def test_a_float64_answer_to_float32_inputs_is_told_to_keep_their_dtype():
     values = [0.1, 0.2, 0.3]
-    assert check(torch.tensor(values, dtype=torch.float64), torch.tensor(values, dtype=torch.float32)).correct
+    result = check(torch.tensor(values, dtype=torch.float64), torch.tensor(values, dtype=torch.float32))
+    assert result.message == differs(
+        "returned dtype torch.float64 for torch.float32 inputs: compute in the dtype of the inputs (a tensor you make "
+        "takes dtype=x.dtype)"
+    )
+
+
+def test_a_float32_answer_to_float64_inputs_is_compared_at_float32s_precision():
+    exact = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) / 3
+    assert check(exact.float(), exact).correct
+    assert check((exact * (1 + 5e-5)).float(), exact).correct
+    assert not check((exact * (1 + 5e-4)).float(), exact).correct
 
 
 def test_complex_tensors_are_compared_with_the_tolerance():

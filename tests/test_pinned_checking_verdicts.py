@@ -66,7 +66,8 @@ def test_two_fitting_mistakes_are_both_named_in_the_order_given():
     ]
     result = check_function("ex", _doubled, lambda x: x, TWO, mistakes, verbose=False)
     assert (result.exercise, result.status, result.misconception) == ("ex", "misconception", "doubled")
-    assert result.message == (
+    assert result.diagnosis == (
         "[ex] not yet: your numbers fit 2 known mistakes, which give the same results on these cases; look for "
         "either. 'doubled': Do not double. Or 'added itself': Do not add x to itself."
     )
+    assert result.key == "mistake: doubled | added itself" and result.message == result.symptom

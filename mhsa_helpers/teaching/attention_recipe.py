@@ -143,6 +143,12 @@ def _merge(x: torch.Tensor, how: str) -> torch.Tensor:
     return x.transpose(1, 2).reshape(batch, seq, heads * d_head)
 
 
+def _weight(params: Params, name: str) -> torch.Tensor:
+    weight = params[name]
+    assert weight is not None  # only biases can be missing
+    return weight
+
+
 def attend(
     recipe: Recipe,
     params: Params,
@@ -156,7 +162,7 @@ def attend(
     Returns the output ``(batch, new, d_model)``, the weights ``(batch, heads, new, past + new)`` and what the
     cache holds next."""
     heads = 1 if recipe.one_head else num_heads
-    q, k, v = (F.linear(x, params[f"w_{n}"], params[f"b_{n}"]) for n in "qkv")  # type: ignore[arg-type]
+    q, k, v = (F.linear(x, _weight(params, f"w_{n}"), params[f"b_{n}"]) for n in "qkv")
     new, d_model = x.shape[1], q.shape[-1]
     past = 0 if cached is None else cached[0].shape[-2]
     first = {"past": past, "zero": 0, "past+new": past + new}[recipe.positions]
@@ -197,5 +203,5 @@ def attend(
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=recipe.softmax_dim)
     merged = _merge(weights @ values, recipe.merge)
-    out = F.linear(merged, params["w_o"], params["b_o"]) if recipe.project_out else merged  # type: ignore[arg-type]
+    out = F.linear(merged, _weight(params, "w_o"), params["b_o"]) if recipe.project_out else merged
     return out, weights, (stored, values)

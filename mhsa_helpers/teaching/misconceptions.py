@@ -16,14 +16,22 @@ import torch
 from .checking import Misconception
 
 __all__ = [
+    "AFTER_SOFTMAX_FIX",
     "AFTER_SOFTMAX_HINT",
     "AFTER_SOFTMAX_NAME",
+    "AFTER_SOFTMAX_SYMPTOM",
+    "FINITE_FILL_FIX",
     "FINITE_FILL_HINT",
     "FINITE_FILL_NAME",
+    "FINITE_FILL_SYMPTOM",
+    "POLARITY_FIX",
     "POLARITY_HINT",
     "POLARITY_NAME",
+    "POLARITY_SYMPTOM",
+    "WRONG_AXES_FIX",
     "WRONG_AXES_HINT",
     "WRONG_AXES_NAME",
+    "WRONG_AXES_SYMPTOM",
     "attention_blocked_key_gets_weight",
     "blocked_key_gets_weight",
     "random_mask",
@@ -45,9 +53,11 @@ def transposed_key_variants(k: torch.Tensor) -> list:
 
 WRONG_AXES_NAME = "transposed the wrong axes of K"
 WRONG_AXES_HINT = (
-    "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT). k.T reverses every axis of a "
-    "batched tensor, and k.transpose(0, 1) or k.transpose(1, 2) is right for one rank only."
+    "k.T reverses every axis of a batched tensor, and k.transpose(0, 1) or k.transpose(1, 2) is right for one "
+    "rank only: the key and feature axes are always the last two."
 )
+WRONG_AXES_FIX = "Transpose only the last two axes: k.transpose(-2, -1) (or k.mT)."
+WRONG_AXES_SYMPTOM = "Your function is right for inputs of one rank only (with or without batch axes)."
 
 
 def wrong_axes_misconceptions(use: Callable[..., Any]) -> list[Misconception]:
@@ -65,7 +75,10 @@ def wrong_axes_misconceptions(use: Callable[..., Any]) -> list[Misconception]:
 
         return implementation
 
-    return [Misconception(WRONG_AXES_NAME, with_variant(i), WRONG_AXES_HINT) for i in range(3)]
+    return [
+        Misconception(WRONG_AXES_NAME, with_variant(i), WRONG_AXES_HINT, fix=WRONG_AXES_FIX, symptom=WRONG_AXES_SYMPTOM)
+        for i in range(3)
+    ]
 
 
 # ---------------------------------------------------------------- masks
@@ -73,25 +86,33 @@ def wrong_axes_misconceptions(use: Callable[..., Any]) -> list[Misconception]:
 
 POLARITY_NAME = "inverted mask polarity (True = blocked)"
 POLARITY_HINT = (
-    "Your code blocks the keys the mask allows. In this package (and in "
-    "torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; nn.MultiheadAttention and "
-    "some code marks *blocked* positions with True/1, and such a mask must be inverted with ~mask. "
-    "Passed unchanged, a causal model reads the future (notebook 10 runs this bug)."
+    "In this package (and in torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; "
+    "nn.MultiheadAttention and some code mark *blocked* positions with True/1. Passed unchanged, a causal model "
+    "reads the future (notebook 10 runs this bug)."
 )
+POLARITY_FIX = (
+    "Fill where the mask is False: scores.masked_fill(~mask, float('-inf')) (invert a True-means-blocked mask)."
+)
+POLARITY_SYMPTOM = "Your weights are zero exactly where the mask allows a key, and spread over the keys it blocks."
 AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
 AFTER_SOFTMAX_HINT = (
-    "Your blocked weights are 0 but the rows sum to less than 1: they were zeroed after the softmax "
-    "(dividing each row by its new sum would repair it). Simpler: fill blocked *scores* with -inf before "
-    "the softmax."
+    "The softmax had already shared each row among all the keys: zeroing the blocked weights afterwards leaves "
+    "rows that sum to less than 1."
 )
+AFTER_SOFTMAX_FIX = "Fill the blocked *scores* with -inf before the softmax (or divide each row by its new sum)."
+AFTER_SOFTMAX_SYMPTOM = "Your blocked weights are 0, but the rows no longer sum to 1."
 
 
 FINITE_FILL_NAME = "blocked scores pushed down by a finite number instead of -inf"
 FINITE_FILL_HINT = (
-    "Your blocked keys still get weight when the visible scores are lower still: a query whose visible keys "
-    "score -1e35 puts its weight on a blocked key. Filling with (or adding) a finite number such as -10000, "
-    "-1e4 or -1e9 only works while every visible score stays far above it. Fill blocked scores with -inf: "
-    "scores.masked_fill(~mask, float('-inf'))."
+    "A finite fill, an added constant such as -10000, -1e4 or -1e9, or one below the row's minimum works only "
+    "while every visible score stays far above it: a query whose visible keys score -1e35 puts its weight on a "
+    "blocked key."
+)
+FINITE_FILL_FIX = "Fill blocked scores with -inf: scores.masked_fill(~mask, float('-inf'))."
+FINITE_FILL_SYMPTOM = (
+    "Your numbers are right on ordinary scores, but when the visible keys score far below zero a blocked key gets "
+    "weight."
 )
 
 # Probes: tiny inputs, each built so that one mistake shows and the right answer is plain to see.
@@ -104,17 +125,19 @@ def blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
     with a fill relative to the scores (``scores.min() - 1e4``, which rounds to -1e35) it shares it."""
     scores = torch.tensor([[_FAR_BELOW, _FAR_BELOW, 0.0]], dtype=torch.float64)
     weights = run(scores, torch.tensor([[True, True, False]]))
-    return bool(torch.as_tensor(weights).double()[0, 2] != 0)
+    return bool(torch.as_tensor(weights).double()[0, 2] > 0)  # NaN is another mistake's sign, not this one's
 
 
 def attention_blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
     """The same probe through attention: d_k = 1, so the scores are q * k; the visible keys' values are 1 and
-    the blocked key's is 100, so any weight on the blocked key lifts the output above 1."""
+    the blocked key's is 100, so the output is 1 exactly when the blocked key gets no weight and the visible
+    ones all of it."""
     q = torch.tensor([[1e17]], dtype=torch.float64)
     k = torch.tensor([[-1e18], [-1e18], [0.0]], dtype=torch.float64)
     v = torch.tensor([[1.0], [1.0], [100.0]], dtype=torch.float64)
     out = run(q, k, v, torch.tensor([[True, True, False]]))
-    return bool(torch.as_tensor(out).double()[0, 0] != 1.0)
+    value = float(torch.as_tensor(out).double()[0, 0])
+    return value == value and value != 1.0  # NaN is another mistake's sign, not this one's
 
 
 def random_mask(generator: torch.Generator, *shape: int) -> torch.Tensor:

@@ -1052,7 +1052,7 @@ def _behaviour(exercise: str, module: nn.Module, contract: Contract, x: torch.Te
                     "Notebook 07 trains your module through exactly that call and reads the weights it returns.",
                     "`return (out, weights) if need_weights else out`, weights (batch, heads, seq, past + seq).",
                 )  # fmt: skip
-        before, changes = _parameters(module), []
+        before, changes = _parameters(module), list[str]()
         with watching_settings(changes):
             again = module(x)
         if any(not torch.equal(a, b) for a, b in zip(before, _parameters(module), strict=True)):

@@ -1,6 +1,10 @@
 """Exercise checkers for notebook 08 (attention at scale): one step of the online softmax, the
 whole tiled softmax-attention of one row block, expanding key/value heads for grouped-query
-attention, and the size of a KV cache. Each names the mistake a wrong answer matches."""
+attention, and the size of a KV cache. Each names the mistake a wrong answer matches.
+
+Besides its teaching cases, each checker draws four more for every answer: other numbers of queries,
+keys and values, tile sizes that do not divide the number of keys, other head counts and model sizes.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ from ...tiled_attention import OnlineSoftmaxState, online_softmax_update
 __all__ = ["check_expand_kv", "check_kv_cache_bytes", "check_online_attention", "check_online_update"]
 
 
+def _integer(generator: torch.Generator, low: int, high: int) -> int:
+    """A random whole number in ``low .. high`` (both included)."""
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
 # ---------------------------------------------------------------- one online-softmax step
 
 
@@ -26,21 +35,117 @@ def _reference_update(running_max, normaliser, output, scores, values):
     return state.running_max, state.normaliser, state.output
 
 
+def _update_case(generator, seq_q, tile, d_v, old_max, shift, description) -> Case:
+    """A state whose running maximum is about ``old_max`` and a tile whose scores are about ``shift``."""
+    running_max = torch.full((seq_q, 1), old_max, dtype=torch.float64) + random_tensor(generator, seq_q, 1, scale=0.1)
+    normaliser = 1.0 + random_tensor(generator, seq_q, 1, scale=0.1).abs()
+    output = random_tensor(generator, seq_q, d_v)
+    scores = shift + random_tensor(generator, seq_q, tile)
+    values = random_tensor(generator, tile, d_v)
+    return Case((running_max, normaliser, output, scores, values), description=description)
+
+
 def _update_cases() -> list[Case]:
     g = torch.Generator().manual_seed(801)
+    return [
+        _update_case(g, 3, 4, 2, old_max, shift, description)
+        for description, old_max, shift in (
+            ("the new tile raises the maximum", 0.5, 3.0),
+            ("the new tile leaves the maximum", 4.0, 0.0),
+            ("scores near -1000", -1000.0, -998.0),
+        )
+    ]
+
+
+def _draw_update(generator: torch.Generator) -> list[Case]:
     cases = []
-    for description, old_max, shift in (
-        ("the new tile raises the maximum", 0.5, 3.0),
-        ("the new tile leaves the maximum", 4.0, 0.0),
-        ("scores near -1000", -1000.0, -998.0),
-    ):
-        running_max = torch.full((3, 1), old_max, dtype=torch.float64) + random_tensor(g, 3, 1, scale=0.1)
-        normaliser = 1.0 + random_tensor(g, 3, 1, scale=0.1).abs()
-        output = random_tensor(g, 3, 2)
-        scores = shift + random_tensor(g, 3, 4)
-        values = random_tensor(g, 4, 2)
-        cases.append(Case((running_max, normaliser, output, scores, values), description=description))
+    for _ in range(4):
+        seq_q, tile, d_v = _integer(generator, 2, 5), _integer(generator, 1, 5), _integer(generator, 1, 3)
+        # Scores about 0.5 above the old maximum: the maximum grows in most rows, and stays in some.
+        old_max = float(random_tensor(generator, 1, scale=3.0))
+        description = f"seq_q={seq_q}, tile={tile}, d_v={d_v}, old maximum about {old_max:.1f}"
+        cases.append(_update_case(generator, seq_q, tile, d_v, old_max, old_max + 0.5, description))
     return cases
+
+
+def _new_max(m, s):
+    return torch.maximum(m, s.amax(-1, keepdim=True))
+
+
+def _update_no_rescale(m, norm, o, s, v):
+    m2 = _new_max(m, s)
+    w = torch.exp(s - m2)
+    return m2, norm + w.sum(-1, keepdim=True), o + w @ v
+
+
+def _update_output_only(m, norm, o, s, v):
+    m2 = _new_max(m, s)
+    w, r = torch.exp(s - m2), torch.exp(m - m2)
+    return m2, norm + w.sum(-1, keepdim=True), o * r + w @ v
+
+
+def _update_normaliser_only(m, norm, o, s, v):
+    m2 = _new_max(m, s)
+    w, r = torch.exp(s - m2), torch.exp(m - m2)
+    return m2, norm * r + w.sum(-1, keepdim=True), o + w @ v
+
+
+def _update_inverted(m, norm, o, s, v):
+    m2 = _new_max(m, s)
+    w, r = torch.exp(s - m2), torch.exp(m2 - m)
+    return m2, norm * r + w.sum(-1, keepdim=True), o * r + w @ v
+
+
+def _update_against_old_max(m, norm, o, s, v):
+    w = torch.exp(s - m)
+    return _new_max(m, s), norm + w.sum(-1, keepdim=True), o + w @ v
+
+
+ONLINE_UPDATE_MISCONCEPTIONS = (
+    Misconception(
+        "the running sums are not rescaled when the maximum grows",
+        _update_no_rescale,
+        "The old normaliser and output count each earlier key as exp(score - old max), the new tile as "
+        "exp(score - new max): once the maximum grows they are in different units and cannot be added.",
+        fix="Multiply both running sums by rescale = torch.exp(running_max - new_max) before adding the tile.",
+        symptom="new_max is right; new_normaliser and new_output differ in the rows whose maximum grew, and are "
+        "right where it stayed.",
+    ),
+    Misconception(
+        "the output is rescaled but not the normaliser",
+        _update_output_only,
+        "output / normaliser is a weighted mean only while both sums count the earlier keys in the same units; "
+        "yours brings only one of them to the new maximum.",
+        fix="normaliser * torch.exp(running_max - new_max) + weights.sum(-1, keepdim=True).",
+        symptom="new_max and new_output are right; new_normaliser differs in the rows whose maximum grew.",
+    ),
+    Misconception(
+        "the normaliser is rescaled but not the output",
+        _update_normaliser_only,
+        "The earlier values keep their old, too large weights: the output must shrink with the normaliser when "
+        "the maximum grows.",
+        fix="output * torch.exp(running_max - new_max) + weights @ values.",
+        symptom="new_max and new_normaliser are right; new_output differs in the rows whose maximum grew.",
+    ),
+    Misconception(
+        "the rescale factor is upside down",
+        _update_inverted,
+        "When the maximum grows, the earlier terms must shrink: the factor is exp(old max - new max), at most 1.",
+        fix="rescale = torch.exp(running_max - new_max), not torch.exp(new_max - running_max).",
+        symptom="new_max is right; the other two differ only in the rows whose maximum grew, and there your "
+        "new_normaliser comes out too large.",
+    ),
+    Misconception(
+        "the sums are measured against the old maximum",
+        _update_against_old_max,
+        "The running sums must be measured against the maximum you return, since the next tile rescales them "
+        "from it. Yours stay measured against the old maximum: too large by exp(new max - old max), and a large "
+        "jump of the maximum overflows.",
+        fix="weights = torch.exp(scores - new_max), and rescale the old sums by torch.exp(running_max - new_max).",
+        symptom="new_max is right; where the maximum grew, your new_normaliser and new_output are exactly "
+        "exp(new_max - old max) times the reference's.",
+    ),
+)
 
 
 def check_online_update(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
@@ -49,64 +154,15 @@ def check_online_update(learner: Callable[..., Any], *, verbose: bool = True) ->
 
     Shapes: ``running_max``, ``normaliser`` ``(seq_q, 1)``; ``output`` ``(seq_q, d_v)`` (unnormalised);
     ``scores`` ``(seq_q, tile)``; ``values`` ``(tile, d_v)``."""
-
-    def new_max(m, s):
-        return torch.maximum(m, s.amax(-1, keepdim=True))
-
-    def no_rescale(m, norm, o, s, v):
-        m2 = new_max(m, s)
-        w = torch.exp(s - m2)
-        return m2, norm + w.sum(-1, keepdim=True), o + w @ v
-
-    def output_only(m, norm, o, s, v):
-        m2 = new_max(m, s)
-        w, r = torch.exp(s - m2), torch.exp(m - m2)
-        return m2, norm + w.sum(-1, keepdim=True), o * r + w @ v
-
-    def normaliser_only(m, norm, o, s, v):
-        m2 = new_max(m, s)
-        w, r = torch.exp(s - m2), torch.exp(m - m2)
-        return m2, norm * r + w.sum(-1, keepdim=True), o + w @ v
-
-    def inverted(m, norm, o, s, v):
-        m2 = new_max(m, s)
-        w, r = torch.exp(s - m2), torch.exp(m2 - m)
-        return m2, norm * r + w.sum(-1, keepdim=True), o * r + w @ v
-
-    misconceptions = [
-        Misconception(
-            "the running sums are not rescaled when the maximum grows",
-            no_rescale,
-            "Your old normaliser and output still count each earlier key as exp(score - old max), while the new "
-            "tile counts exp(score - new max): mixed units. Multiply both by exp(old max - new max) first.",
-        ),
-        Misconception(
-            "the output is rescaled but not the normaliser",
-            output_only,
-            "Your output is rescaled to the new maximum but the normaliser is not, so output / normaliser no longer "
-            "sums the weights to 1. Both running sums need the factor exp(old max - new max).",
-        ),
-        Misconception(
-            "the normaliser is rescaled but not the output",
-            normaliser_only,
-            "Your normaliser is rescaled to the new maximum but the output is not: the earlier values keep their old, "
-            "too large weights. Both running sums need the factor exp(old max - new max).",
-        ),
-        Misconception(
-            "the rescale factor is upside down",
-            inverted,
-            "Your factor is exp(new max - old max), which is >= 1: the earlier terms must shrink, by "
-            "exp(old max - new max) <= 1, when the maximum grows.",
-        ),
-    ]
     return check_function(
         "online_update",
         learner,
         _reference_update,
         _update_cases(),
-        misconceptions,
+        ONLINE_UPDATE_MISCONCEPTIONS,
         output_names=("new_max", "new_normaliser", "new_output"),
         shortcuts=("online_softmax_update",),
+        draw=_draw_update,
         verbose=verbose,
     )
 
@@ -131,60 +187,130 @@ def _online(scores, values, tile_size, *, start_max=-math.inf, rescale=True, nor
     return out / norm if normalise else out
 
 
-def check_online_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """Exercise: ``learner(scores, values, tile_size)`` returns ``softmax(scores) @ values`` computed
-    tile by tile with the online softmax: ``scores (seq_q, seq_k)``, ``values (seq_k, d_v)`` ->
-    ``(seq_q, d_v)``, reading ``tile_size`` keys at a time (the last tile may be shorter)."""
+def _softmax_per_tile(scores, values, tile_size):
+    starts = range(0, scores.shape[1], tile_size)
+    per_tile = [torch.softmax(scores[:, a : a + tile_size], dim=-1) @ values[a : a + tile_size] for a in starts]
+    return sum(per_tile) / len(per_tile)
+
+
+ONLINE_ATTENTION_MISCONCEPTIONS = (
+    Misconception(
+        "the running maximum starts at 0 instead of -inf",
+        lambda s, v, t: _online(s, v, t, start_max=0.0),
+        "The running maximum stands for the largest score seen so far; starting it at 0 claims a score of 0 was "
+        "seen before any key. Scores far below 0 then all underflow, exp(-1000 - 0) = 0 for every key, and the "
+        "result is 0 / 0.",
+        fix="Start the running maximum at -inf: torch.full((seq_q, 1), float('-inf'), dtype=scores.dtype).",
+        symptom="Your result is right on ordinary scores and NaN where every score of a row is near -1000.",
+    ),
+    Misconception(
+        "the running sums are not rescaled when the maximum grows",
+        lambda s, v, t: _online(s, v, t, rescale=False),
+        "Each tile's weights are measured against the maximum at the time: when the maximum grows, the sums "
+        "carried from the earlier tiles must be brought to the new one.",
+        fix="Before adding a tile, multiply the normaliser and the output by exp(old max - new max), as in exercise 1.",
+        symptom="Your result is right in the rows whose largest score lies in the first tile, and wrong in the others.",
+    ),
+    Misconception(
+        "a softmax per tile, then averaged",
+        _softmax_per_tile,
+        "A softmax per tile normalises each tile on its own: a key in a small tile then weighs more than one in "
+        "a large tile. The softmax of the whole row needs one maximum and one normaliser carried across the "
+        "tiles.",
+        fix="Keep running_max, normaliser and output across the tiles, update them with each tile (exercise 1), "
+        "and divide once at the end.",
+        symptom="Your result is right when one tile holds every key, and wrong as soon as there are two.",
+    ),
+    Misconception(
+        "the output is not divided by the normaliser at the end",
+        lambda s, v, t: _online(s, v, t, normalise=False),
+        "The running output is a sum of exp(score - max) * value, whose weights add up to the normaliser, not to 1.",
+        fix="Return output / normaliser once every tile is read.",
+        symptom="With every value equal to 1 your output is above 1, though a weighted mean of ones is 1.",
+    ),
+)
+
+
+def _online_attention_cases() -> list[Case]:
     g = torch.Generator().manual_seed(802)
     far_below = random_tensor(g, 3, 7) - 1000.0
-    cases = [
+    return [
         Case((random_tensor(g, 4, 10, scale=3.0), random_tensor(g, 10, 3), 3), description="seq_k=10, tile_size=3"),
         Case((random_tensor(g, 2, 8, scale=3.0), random_tensor(g, 8, 2), 8), description="one tile of 8"),
         Case((random_tensor(g, 3, 5, scale=3.0), random_tensor(g, 5, 2), 1), description="tile_size=1"),
         Case((far_below, random_tensor(g, 7, 2), 2), description="scores near -1000"),
     ]
-    misconceptions = [
-        Misconception(
-            "the running maximum starts at 0 instead of -inf",
-            lambda s, v, t: _online(s, v, t, start_max=0.0),
-            "Starting at 0 claims a score of 0 was already seen: scores near -1000 then give exp(-1000 - 0) = 0 "
-            "for every key, and 0 / 0. The maximum must start at -inf (nothing seen yet).",
-        ),
-        Misconception(
-            "the running sums are not rescaled when the maximum grows",
-            lambda s, v, t: _online(s, v, t, rescale=False),
-            "Each tile's weights are measured against a different maximum: multiply the normaliser and the output "
-            "by exp(old max - new max) before adding the new tile.",
-        ),
-        Misconception(
-            "a softmax per tile, then averaged",
-            lambda s, v, t: (
-                sum(torch.softmax(s[:, a : a + t], dim=-1) @ v[a : a + t] for a in range(0, s.shape[1], t))
-                / math.ceil(s.shape[1] / t)
-            ),
-            "Each of your tiles was normalised on its own and the results averaged: a key in a small tile then "
-            "weighs more than one in a large tile. The softmax of the whole row needs one running maximum and "
-            "one normaliser carried across the tiles.",
-        ),
-        Misconception(
-            "the output is not divided by the normaliser at the end",
-            lambda s, v, t: _online(s, v, t, normalise=False),
-            "The running output is a sum of exp(score - max) * value: divide it by the normaliser once all tiles "
-            "are read, so that the weights sum to 1.",
-        ),
-    ]
+
+
+def _draw_online_attention(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        seq_q, seq_k, d_v = _integer(generator, 2, 4), _integer(generator, 5, 13), _integer(generator, 1, 3)
+        tile_size = _integer(generator, 2, seq_k - 1)
+        while seq_k % tile_size == 0:  # a shorter last tile (seq_k - 1 never divides seq_k)
+            tile_size += 1
+        scores, values = random_tensor(generator, seq_q, seq_k, scale=3.0), random_tensor(generator, seq_k, d_v)
+        description = f"seq_q={seq_q}, seq_k={seq_k}, d_v={d_v}, tile_size={tile_size}"
+        cases.append(Case((scores, values, tile_size), description=description))
+    return cases
+
+
+def check_online_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(scores, values, tile_size)`` returns ``softmax(scores) @ values`` computed
+    tile by tile with the online softmax: ``scores (seq_q, seq_k)``, ``values (seq_k, d_v)`` ->
+    ``(seq_q, d_v)``, reading ``tile_size`` keys at a time (the last tile may be shorter). A call of a
+    softmax over the whole row is noted: it skips what the exercise is about."""
     return check_function(
         "online_attention",
         learner,
         _reference_online_attention,
-        cases,
-        misconceptions,
-        shortcuts=("online_softmax", "tiled_attention", "scaled_dot_product_attention"),
+        _online_attention_cases(),
+        ONLINE_ATTENTION_MISCONCEPTIONS,
+        shortcuts=("softmax", "online_softmax", "tiled_attention", "scaled_dot_product_attention"),
+        draw=_draw_online_attention,
         verbose=verbose,
     )
 
 
 # ---------------------------------------------------------------- expanding key/value heads
+
+_EXPAND_FIX = "x.repeat_interleave(groups, dim=1): each head's copies side by side, along the heads axis."
+
+EXPAND_KV_MISCONCEPTIONS = (
+    Misconception(
+        "heads tiled with repeat instead of repeat_interleave",
+        lambda x, k: x.repeat(1, k, 1, 1),
+        "Query heads come in groups of `groups`, and each group shares one key/value head, so the copies of a "
+        "head must sit side by side. Tiling the heads pairs query heads with the wrong key/value head.",
+        fix=_EXPAND_FIX + " x.repeat(1, groups, 1, 1) tiles them instead.",
+        symptom="Your output has the right shape, but its heads come in the order 0, 1, ..., 0, 1, ...: query heads "
+        "0 and 1 read different key/value heads.",
+    ),
+    Misconception(
+        "repeated along the wrong axis",
+        lambda x, k: x.repeat_interleave(k, dim=2),
+        "The copies must make more *heads*; along the sequence axis they make more positions instead.",
+        fix=_EXPAND_FIX,
+        symptom="Your output has the input's number of heads; another axis grew.",
+    ),
+    Misconception(
+        "repeated along the wrong axis",
+        lambda x, k: x.repeat_interleave(k, dim=0),
+        "The copies must make more *heads*; along the batch axis they make more sequences instead.",
+        fix=_EXPAND_FIX,
+        symptom="Your output has the input's number of heads; another axis grew.",
+    ),
+)
+
+
+def _draw_expand_kv(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        # (batch, kv_heads, seq, d_head)
+        shape = tuple(_integer(generator, low, high) for low, high in ((2, 3), (1, 3), (1, 4), (1, 3)))
+        groups = _integer(generator, 2, 4)
+        cases.append(Case((random_tensor(generator, *shape), groups), description=f"x {shape}, groups={groups}"))
+    return cases
 
 
 def check_expand_kv(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
@@ -198,33 +324,15 @@ def check_expand_kv(learner: Callable[..., Any], *, verbose: bool = True) -> Che
         Case((random_tensor(g, 1, 1, 6, 4), 8), description="one key/value head (multi-query), groups=8"),
     ]
     square = [Case((random_tensor(g, 2, 2, 2, 2), 2), description="every axis 2")]
-    misconceptions = [
-        Misconception(
-            "heads tiled with repeat instead of repeat_interleave",
-            lambda x, k: x.repeat(1, k, 1, 1),
-            "Your heads come out as 0, 1, 0, 1, ...: that is x.repeat. Query heads 0 and 1 must share key/value "
-            "head 0, so each head is repeated in a row, 0, 0, 1, 1: x.repeat_interleave(groups, dim=1).",
-        ),
-        Misconception(
-            "repeated along the wrong axis",
-            lambda x, k: x.repeat_interleave(k, dim=2),
-            "Your copies went along the sequence axis (dim=2): the cache then has more positions, not more heads. "
-            "Repeat along the heads axis, dim=1.",
-        ),
-        Misconception(
-            "repeated along the wrong axis",
-            lambda x, k: x.repeat_interleave(k, dim=0),
-            "Your copies went along the batch axis (dim=0). Repeat along the heads axis, dim=1.",
-        ),
-    ]
     return check_function(
         "expand_kv",
         learner,
         lambda x, k: repeat_kv(x, k),
         cases,
-        misconceptions,
+        EXPAND_KV_MISCONCEPTIONS,
         square_cases=square,
         shortcuts=("repeat_kv",),
+        draw=_draw_expand_kv,
         verbose=verbose,
     )
 
@@ -243,40 +351,82 @@ def _reference_bytes(layers, heads, kv_heads, head_dim, tokens, batch, element):
     )
 
 
+_BYTES_FIX = "2 * num_layers * num_kv_heads * head_dim * tokens * batch * bytes_per_element."
+
+KV_CACHE_BYTES_MISCONCEPTIONS = (
+    Misconception(
+        "forgot the factor 2 (keys and values)",
+        lambda n, h, kv, d, t, b, e: n * kv * d * t * b * e,
+        "Every layer caches two tensors for each token and key/value head: the keys *and* the values.",
+        fix=_BYTES_FIX,
+        symptom="Your number is exactly half the reference's.",
+    ),
+    Misconception(
+        "counted the query heads instead of the key/value heads",
+        lambda n, h, kv, d, t, b, e: 2 * n * h * d * t * b * e,
+        "Only keys and values are cached, one pair per key/value head: with grouped-query attention there are "
+        "fewer of them than query heads, and the queries are never cached.",
+        fix="Use num_kv_heads where your formula has num_heads: " + _BYTES_FIX,
+        symptom="Your number is right when num_heads equals num_kv_heads, and num_heads / num_kv_heads times too "
+        "large otherwise.",
+    ),
+    Misconception(
+        "counted bits, not bytes",
+        lambda n, h, kv, d, t, b, e: 2 * n * kv * d * t * b * e * 8,
+        "bytes_per_element already counts bytes, not bits: there is nothing to convert.",
+        fix="Drop the factor 8: " + _BYTES_FIX,
+        symptom="Your number is exactly 8 times the reference's.",
+    ),
+    Misconception(
+        "left out the batch",
+        lambda n, h, kv, d, t, b, e: 2 * n * kv * d * t * e,
+        "Each sequence of the batch has its own keys and values, so its own cache.",
+        fix=_BYTES_FIX,
+        symptom="Your number is right for a batch of 1, and batch times too small otherwise.",
+    ),
+    Misconception(
+        "left out the layers",
+        lambda n, h, kv, d, t, b, e: 2 * kv * d * t * b * e,
+        "Every layer computes its own keys and values from its own input, and caches them.",
+        fix=_BYTES_FIX,
+        symptom="Your number is num_layers times too small.",
+    ),
+)
+
+
+def _draw_bytes(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        layers, kv_heads, groups = _integer(generator, 2, 6), _integer(generator, 1, 4), _integer(generator, 1, 4)
+        head_dim, tokens, batch = _integer(generator, 2, 160), _integer(generator, 1, 5000), _integer(generator, 1, 4)
+        element = (1, 2, 4)[_integer(generator, 0, 2)]
+        description = (
+            f"{layers} layers, {kv_heads * groups} heads, {kv_heads} key/value heads of {head_dim}, {tokens} tokens, "
+            f"batch {batch}, {element} bytes per number"
+        )
+        cases.append(
+            Case((layers, kv_heads * groups, kv_heads, head_dim, tokens, batch, element), description=description)
+        )
+    return cases
+
+
 def check_kv_cache_bytes(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(num_layers, num_heads, num_kv_heads, head_dim, tokens, batch, bytes_per_element)``
-    returns the bytes a full KV cache takes (a number)."""
+    returns the bytes a full KV cache takes (a whole number, compared exactly: a numpy integer, or a float
+    like ``2.0 * ...``, counts as well)."""
     cases = [
         # 131072 tokens: one token too many is off by a relative 8e-6, so bytes are compared exactly.
         Case((32, 32, 8, 128, 131072, 1, 2), description="Llama-3.1-8B, 131072 tokens (its full context), bfloat16"),
         Case((12, 12, 12, 64, 1024, 4, 4), description="GPT-2 small, 1024 tokens, batch 4, float32"),
         Case((80, 64, 8, 128, 4096, 2, 2), description="Llama-2-70B, 4096 tokens, batch 2, float16"),
     ]
-    misconceptions = [
-        Misconception(
-            "forgot the factor 2 (keys and values)",
-            lambda n, h, kv, d, t, b, e: n * kv * d * t * b * e,
-            "Your number is half the size: every layer caches the keys *and* the values, so there is a factor 2.",
-        ),
-        Misconception(
-            "counted the query heads instead of the key/value heads",
-            lambda n, h, kv, d, t, b, e: 2 * n * h * d * t * b * e,
-            "Your number uses num_heads: only the key/value heads are cached, num_kv_heads of them (fewer with "
-            "grouped-query attention; the queries are never cached).",
-        ),
-        Misconception(
-            "counted bits, not bytes",
-            lambda n, h, kv, d, t, b, e: 2 * n * kv * d * t * b * e * 8,
-            "Your number is 8 times too large: bytes_per_element is already in bytes.",
-        ),
-    ]
-    # A whole number of bytes: compared exactly (a numpy integer, or a float like 2.0 * ..., counts as well).
     return check_function(
         "kv_cache_bytes",
         learner,
         _reference_bytes,
         cases,
-        misconceptions,
+        KV_CACHE_BYTES_MISCONCEPTIONS,
         shortcuts=("kv_cache_bytes",),
+        draw=_draw_bytes,
         verbose=verbose,
     )

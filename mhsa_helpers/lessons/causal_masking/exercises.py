@@ -2,6 +2,10 @@
 row (a debugging exercise), a prediction of what a cached query sees, the causal mask with an offset
 for cached queries, and causal attention through the learner's own attention of notebook 02.
 
+Each checker runs the learner's function on the teaching cases and on cases drawn for that answer; a wrong
+answer is told what differs first, the name of its mistake when the same mistake comes again, and the fix
+on request (``result.hint()``, ``result.reveal()``).
+
 Polarity, as everywhere in the package: a boolean mask, ``True`` = may attend.
 """
 
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, cast
 
 import torch
@@ -26,6 +31,7 @@ from ...teaching.misconceptions import (
     blocked_key_gets_weight,
     random_mask,
 )
+from ...teaching.predictions import check_prediction
 
 __all__ = [
     "causal_attention",
@@ -34,6 +40,12 @@ __all__ = [
     "check_causal_attention",
     "check_masked_softmax",
 ]
+
+
+def _sizes(generator: torch.Generator, count: int, low: int, high: int) -> list[int]:
+    """``count`` whole numbers drawn from ``low`` to ``high`` (both included)."""
+    return torch.randint(low, high + 1, (count,), generator=generator).tolist()
+
 
 # ---------------------------------------------------------------- predict: cached queries
 
@@ -46,37 +58,46 @@ def first_query_keys() -> int:
 def check_cache_prediction(learner: Callable[[], Any], *, verbose: bool = True) -> CheckResult:
     """Prediction: ``learner()`` returns how many keys the *first* of 3 new queries may attend to when
     5 earlier tokens are cached (8 keys: the 5 cached ones and the 3 new ones)."""
-    misconceptions = [
+    mistakes = [
         Misconception(
             "the first new query is the first word (top-left aligned)",
             lambda: 1,
             "Row 0 of a square causal mask sees one key, but this query is not the sentence's first word: 5 "
-            "tokens came before it. It sits at position 5 and sees keys 0 to 5.",
+            "tokens came before it.",
+            fix="It sits at position 5 and sees keys 0 to 5.",
+            symptom="Where in the sequence does the first new query sit?",
         ),
         Misconception(
             "a cached query sees every key",
             lambda: 8,
-            "The cache holds the *past*; the 3 new tokens are in the keys too, and the first new query must not "
-            "see the two that come after it.",
+            "The cache holds the *past*; the 3 new tokens are among the keys too, and the first new query must "
+            "not see the two that come after it.",
+            fix="Leave out the two new tokens after it: 8 - 2.",
+            symptom="Some of the 8 keys come after the first new query.",
         ),
         Misconception(
             "the query does not see itself",
             lambda: 5,
-            "A query sees the past *and itself*: the 5 cached keys plus its own.",
+            "A query sees the past *and itself*.",
+            fix="The 5 cached keys plus its own.",
+            symptom="Does a query see its own key?",
         ),
         Misconception(
             "the new queries see only the new keys",
             lambda: 3,
-            "The cache is kept so that new tokens can attend to the earlier ones: the first new query sees the 5 "
-            "cached keys and itself.",
+            "The cache is kept so that new tokens can attend to the earlier ones.",
+            fix="The first new query sees the 5 cached keys and itself.",
+            symptom="What is the cache kept for?",
         ),
     ]
-    return check_function(
+    return check_prediction(
         "predict: keys seen by a cached query",
         learner,
         first_query_keys,
-        [Case((), description="3 new queries after 5 cached tokens")],
-        misconceptions,
+        "3 new queries after 5 cached tokens",
+        mistakes,
+        explain="the first new query sits at position 5, after the 5 cached tokens, and sees keys 0 to 5: the "
+        "cached ones and its own",
         verbose=verbose,
     )
 
@@ -85,22 +106,9 @@ def check_cache_prediction(learner: Callable[[], Any], *, verbose: bool = True) 
 
 NUMBER_MASK_NAME = "returned a 0/1 number mask instead of a boolean one"
 TOP_LEFT_NAME = "top-left aligned: no offset for the cached keys"
-TOP_LEFT_HINT = (
-    "With seq_q < seq_k the queries are the *last* seq_q positions: query i sits at position seq_k - seq_q + i "
-    "and sees keys j <= seq_k - seq_q + i. A plain tril(ones(seq_q, seq_k)) aligns the mask to the top-left "
-    "corner instead, as if the queries were the first words (PyTorch's F.scaled_dot_product_attention(..., "
-    "is_causal=True) does the same). Shift the diagonal: tril(diagonal=seq_k - seq_q)."
-)
 WRONG_SIGN_NAME = "offset with the wrong sign"
-WRONG_SIGN_HINT = (
-    "The diagonal moves *up* by the number of cached keys: tril(diagonal=seq_k - seq_q), a positive offset. "
-    "With seq_q - seq_k the early queries see nothing at all."
-)
 FUTURE_NAME = "an earlier output changes when a later token changes (the future leaks in)"
-FUTURE_HINT = (
-    "Changing the last key and value moved the output of an earlier query: that query can see the future. Build "
-    "the mask from positions: query i sits at seq_k - seq_q + i and may see keys j <= that position."
-)
+OFFSET_FIX = "`torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal=seq_k - seq_q)`."
 
 
 def _as_number_mask(make_mask: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -115,67 +123,126 @@ def _tril(seq_q: int, seq_k: int, diagonal: int) -> torch.Tensor:
     return torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal=diagonal)
 
 
-def _offset_mistakes() -> list[Misconception]:
-    """Wrong ``(seq_q, seq_k)`` causal masks, as functions of the two lengths."""
-    return [
-        Misconception(TOP_LEFT_NAME, lambda q, k: _tril(q, k, 0), TOP_LEFT_HINT),
-        Misconception(WRONG_SIGN_NAME, lambda q, k: _tril(q, k, q - k), WRONG_SIGN_HINT),
-        Misconception(POLARITY_NAME, lambda q, k: ~causal_mask(q, k), POLARITY_HINT),
-        Misconception(
+def _offset_mistakes(*, attention: bool) -> list[Misconception]:
+    """Wrong ``(seq_q, seq_k)`` causal masks, as functions of the two lengths; their symptoms as a mask shows
+    them or, with ``attention``, as the outputs of attention through the mask show them."""
+    cached = "right where seq_q = seq_k and wrong where keys are cached (seq_q < seq_k)"
+    mistakes = [
+        (
+            TOP_LEFT_NAME,
+            lambda q, k: _tril(q, k, 0),
+            "With seq_q < seq_k the queries are the *last* seq_q positions: query i sits at position "
+            "seq_k - seq_q + i and sees keys j <= seq_k - seq_q + i. A plain tril(ones(seq_q, seq_k)) aligns the "
+            "mask to the top-left corner instead, as if the queries were the first words (PyTorch's "
+            "F.scaled_dot_product_attention(..., is_causal=True) does the same).",
+            "Shift the diagonal by the number of cached keys: `tril(diagonal=seq_k - seq_q)`.",
+            f"Your mask is {cached}: there your queries see too few keys.",
+            f"Your outputs are {cached}.",
+        ),
+        (
+            WRONG_SIGN_NAME,
+            lambda q, k: _tril(q, k, q - k),
+            "The diagonal moves *up* by the number of cached keys, a positive offset; with seq_q - seq_k it moves "
+            "the other way.",
+            "`tril(diagonal=seq_k - seq_q)`.",
+            f"Your mask is {cached}: there your first queries see nothing at all.",
+            f"Your outputs are {cached}: there your first queries get zeros or NaN.",
+        ),
+        (
+            POLARITY_NAME,
+            lambda q, k: ~causal_mask(q, k),
+            POLARITY_HINT,
+            "Keep True where a query may attend, the lower triangle: `tril(diagonal=seq_k - seq_q)`.",
+            "Your mask is True exactly where the reference's is False.",
+            "Each query of yours draws on the keys after it, and the last one on none.",
+        ),
+        (
             "blocked the diagonal (a token may attend to itself)",
             lambda q, k: _tril(q, k, k - q - 1),
-            "Query i may see every key up to its own position, itself included: tril(diagonal=seq_k - seq_q), "
-            "without the - 1. Without it the first word has nothing to attend to.",
+            "Query i may see every key up to its own position, itself included; without it the first word has "
+            "nothing to attend to.",
+            "`tril(diagonal=seq_k - seq_q)`, without the - 1.",
+            "Your queries do not see their own position: on a square mask the first query sees nothing.",
+            "No query of yours draws on its own position; without a cache the first one gets zeros or NaN.",
         ),
-        Misconception(
+        (
             "off by one: each token also sees the next one",
             lambda q, k: _tril(q, k, k - q + 1),
-            "Your mask keeps one diagonal too many, so a query sees the token after it: tril(diagonal=seq_k - seq_q).",
+            "A query may see the keys up to its own position, not the one after it.",
+            "`tril(diagonal=seq_k - seq_q)`, without the + 1.",
+            "Each of your queries sees one key more than the reference's: the one right after it.",
+            "Each of your queries also draws on the key right after it.",
         ),
-        Misconception(
+        (
             "kept the upper triangle (every token sees the future)",
             lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(k - q),
-            "Row i is the query, column j the key; a causal query sees the past, the lower triangle: torch.tril.",
+            "Row i is the query, column j the key; a causal query sees the past, the lower triangle.",
+            "`torch.tril`, not `torch.triu`: `tril(diagonal=seq_k - seq_q)`.",
+            "Your queries see their own position and the keys after it, not the keys before it.",
+            "Your queries draw on their own position and the keys after it, not on the keys before it.",
         ),
-        Misconception(
+        (
             "no mask at all (everything may attend)",
             lambda q, k: torch.ones(q, k, dtype=torch.bool),
             "A causal mask blocks every key after the query's own position.",
+            OFFSET_FIX,
+            "Your mask is True everywhere.",
+            "Every query of yours draws on every key, the later ones too.",
         ),
     ]
+    return [
+        Misconception(name, implementation, hint, fix=fix, symptom=on_attention if attention else on_mask)
+        for name, implementation, hint, fix, on_mask, on_attention in mistakes
+    ]
+
+
+def _draw_mask_sizes(generator: torch.Generator) -> list[Case]:
+    """A square mask, one query, and two cached cases, two of them longer than a buffer of 16 or 32."""
+    cases = []
+    for kind, (low, high) in (("square", (2, 17)), ("one query", (18, 40)), ("cached", (33, 40)), ("cached", (2, 17))):
+        (seq_k,) = _sizes(generator, 1, low, high)
+        seq_q = {"square": seq_k, "one query": 1}.get(kind) or _sizes(generator, 1, 1, seq_k - 1)[0]
+        cases.append(Case((seq_q, seq_k), description=f"seq_q={seq_q}, seq_k={seq_k}"))
+    return cases
 
 
 def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(seq_q, seq_k)`` with ``seq_q <= seq_k`` must return the boolean ``(seq_q, seq_k)``
     causal mask of ``seq_q`` queries that are the *last* ``seq_q`` of ``seq_k`` positions (bottom-right
     aligned): ``True`` where key ``j <= seq_k - seq_q + i``. Square masks, one query after a cache, and
-    lengths past 16 (longer than a fixed buffer) are checked."""
+    lengths past 16 and 32 (longer than a fixed buffer) are checked."""
     sizes = [(1, 1), (3, 3), (17, 17), (1, 7), (3, 8), (5, 17), (4, 6)]
     cases = [Case(size, description=f"seq_q={size[0]}, seq_k={size[1]}") for size in sizes]
-    mistakes = _offset_mistakes()
+    mistakes = _offset_mistakes(attention=False)
     misconceptions = [
         *mistakes,
         Misconception(
             "rows and columns swapped: (seq_k, seq_q)",
             lambda q, k: _tril(k, q, q - k),
-            "Rows are queries and columns keys: the mask has shape (seq_q, seq_k).",
+            "Rows are queries and columns keys.",
+            fix="Build the mask with shape (seq_q, seq_k).",
+            symptom="Your mask has one row per key and one column per query.",
         ),
         Misconception(
             "returned an additive 0/-inf float mask instead of a boolean one",
             lambda q, k: torch.zeros(q, k).masked_fill(~causal_mask(q, k), float("-inf")),
-            "Your mask holds 0 where a key is visible and -inf where it is blocked: a mask to *add* to the "
-            "scores. This exercise asks for the boolean form, True = may attend.",
+            "A mask of 0 and -inf is one to *add* to the scores; this exercise asks for the boolean form, True = "
+            "may attend.",
+            fix=f"Return booleans: {OFFSET_FIX}",
+            symptom="Your mask holds 0 and -inf, not True and False.",
         ),
         # The same mistakes built from torch.ones without .bool(): a bool answer never matches a number one.
-        *[
-            Misconception(m.name, _as_number_mask(cast(Callable[..., torch.Tensor], m.implementation)), m.hint)
+        *(
+            replace(m, implementation=_as_number_mask(cast(Callable[..., torch.Tensor], m.implementation)))
             for m in mistakes
-        ],
+        ),
         Misconception(
             NUMBER_MASK_NAME,
             _as_number_mask(causal_mask),
-            "Your mask holds the right 0/1 numbers, but the package's masks are boolean, True = may attend; "
-            "build it with dtype=torch.bool or call .bool().",
+            "The package's masks are boolean, True = may attend: `~mask` and `masked_fill` need True and False, "
+            "not 1 and 0.",
+            fix="Build it with `dtype=torch.bool`, or call `.bool()` on it.",
+            symptom="Your mask has the right pattern, but it holds numbers, not True and False.",
         ),
     ]
     return check_function(
@@ -185,6 +252,7 @@ def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = Tru
         cases,
         misconceptions,
         shortcuts=("causal_mask",),
+        draw=_draw_mask_sizes,
         verbose=verbose,
     )
 
@@ -193,15 +261,16 @@ def check_cached_causal_mask(learner: Callable[..., Any], *, verbose: bool = Tru
 
 
 def _future_leaks(run: Callable[..., Any]) -> bool:
-    """Change the last key and value: the output of every query before the last position must not move."""
+    """Change the last key and value: the output of every query before the last position must not move
+    (beyond rounding: masking after the softmax and renormalising is right too, and rounds differently)."""
     g = torch.Generator().manual_seed(811)
     for seq_q, seq_k in ((5, 5), (3, 6)):
         q, k, v = (random_tensor(g, seq, 4) for seq in (seq_q, seq_k, seq_k))
         k2, v2 = k.clone(), v.clone()
         k2[-1], v2[-1] = random_tensor(g, 4) + 3.0, random_tensor(g, 4) + 3.0
-        before, after = (torch.as_tensor(run(q, keys, values)[0]) for keys, values in ((k, v), (k2, v2)))
+        before, after = (torch.as_tensor(run(q, keys, values)[0]).double() for keys, values in ((k, v), (k2, v2)))
         # Only the last query sits at the last position; every other one comes before it.
-        if not torch.equal(before[:-1], after[:-1]):
+        if not torch.allclose(before[:-1], after[:-1], rtol=1e-4, atol=1e-5):
             return True
     return False
 
@@ -231,6 +300,18 @@ def _causal_cases() -> list:
     ]
 
 
+def _draw_causal(generator: torch.Generator) -> list[Case]:
+    """No cache over a batch; cached keys over batch and heads; decoding one token; cached keys without a batch."""
+    cases = []
+    for axes, kind in ((1, "no cache"), (2, "cached"), (2, "one query"), (0, "cached")):
+        batch = _sizes(generator, axes, 2, 3)
+        (seq_k,), (d_k, d_v) = _sizes(generator, 1, 2, 9), _sizes(generator, 2, 1, 6)
+        seq_q = {"no cache": seq_k, "one query": 1}.get(kind) or _sizes(generator, 1, 1, seq_k - 1)[0]
+        q, k, v = (random_tensor(generator, *batch, s, d) for s, d in ((seq_q, d_k), (seq_k, d_k), (seq_k, d_v)))
+        cases.append(Case((q, k, v), description=f"{kind}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"))
+    return cases
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The package's causal attention, bottom-right aligned: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
     ``v (..., seq_k, d_v)`` -> ``(..., seq_q, d_v)``."""
@@ -252,14 +333,26 @@ def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True)
     """Exercise: ``learner(q, k, v)`` must return causal attention with the queries aligned to the *last*
     keys (query i at position seq_k - seq_q + i), like the package's
     ``scaled_dot_product_attention(q, k, v, is_causal=True)``: without a cache, with cached keys, when
-    decoding one token, with batch and head axes. Values and the gradients reaching q, k and v are compared,
-    and a wrong answer that lets an earlier output see a later token is named as such."""
+    decoding one token, with batch and head axes, and on cases drawn for the answer. Values and the gradients
+    reaching q, k and v are compared; every answer must also keep each earlier output unchanged when the last
+    token changes."""
     misconceptions = [
-        Misconception(m.name, _with_mask(cast(Callable[[int, int], torch.Tensor], m.implementation), guarded), m.hint)
-        for m in _offset_mistakes()
+        replace(m, implementation=_with_mask(cast(Callable[[int, int], torch.Tensor], m.implementation), guarded))
+        for m in _offset_mistakes(attention=True)
         for guarded in (True, False)
     ]
-    misconceptions.append(Misconception(FUTURE_NAME, None, FUTURE_HINT, detect=_future_leaks))
+    misconceptions.append(
+        Misconception(
+            FUTURE_NAME,
+            None,
+            "An earlier query can see a later token: the mask lets the future in somewhere.",
+            detect=_future_leaks,
+            fix="Build the mask from positions: query i sits at seq_k - seq_q + i and may see the keys j <= that "
+            f"position: {OFFSET_FIX}",
+            symptom="Changing the last key and value moves the output of an earlier query.",
+            always=True,
+        )
+    )
     return compare_with_gradients(
         "causal attention with a cache",
         learner,
@@ -268,14 +361,19 @@ def check_causal_attention(learner: Callable[..., Any], *, verbose: bool = True)
         misconceptions,
         CAUSAL_OUTPUTS,
         CAUSAL_INPUTS,
+        draw=_draw_causal,
         verbose=verbose,
     )
 
 
-# ---------------------------------------------------------------- masked attention
+# ---------------------------------------------------------------- masked softmax (a debugging exercise)
 
 
-# ---------------------------------------------------------------- masked softmax
+def handed_out_safe_masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The buggy masked softmax notebook 03 hands out, as it is there: ``scores (..., seq_q, seq_k)``, ``mask``
+    broadcastable -> ``(..., seq_q, seq_k)``, filling where the mask allows and leaving fully masked rows NaN."""
+    scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
 
 
 def _masked_softmax_cases() -> list:
@@ -305,10 +403,111 @@ def _masked_softmax_cases() -> list:
     ]
 
 
+def _draw_masked_softmax(generator: torch.Generator) -> list[Case]:
+    """A mask per batch element; one mask shared by batch and heads; no batch; left padding with a causal mask.
+    Each has a fully masked row, and the scores of a row lie at most a few dozen apart."""
+    cases = []
+    for axes, kind in ((1, "mask"), (2, "shared mask"), (0, "mask"), (1, "left padding + causal")):
+        batch = _sizes(generator, axes, 2, 3)
+        seq_q, seq_k = _sizes(generator, 2, 2, 7)
+        if kind == "left padding + causal":
+            seq_q = seq_k
+            pads = torch.randint(1, seq_k, (batch[0], 1, 1), generator=generator)
+            mask = causal_mask(seq_k) & (torch.arange(seq_k) >= pads)
+        else:
+            mask = random_mask(generator, *(batch if kind == "mask" else []), seq_q, seq_k)
+            mask.reshape(-1, seq_q, seq_k)[-1, _sizes(generator, 1, 0, seq_q - 1)[0]] = False
+        scores = random_tensor(generator, *batch, seq_q, seq_k, scale=2.0)
+        scores = scores + random_tensor(generator, *batch, seq_q, 1, scale=5.0)
+        cases.append(Case((scores, mask), description=f"scores {tuple(scores.shape)}, {kind} {tuple(mask.shape)}"))
+    return cases
+
+
+MAX_CLAMPED_NAME = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
+MAX_CLAMPED_HINT = (
+    "The max you subtract must be the row's largest *visible* score: clamp_min(0), or a fixed number, turns a "
+    "row maximum of -24000 into 0, and exp(-24000) underflows to 0, so the whole row vanishes. Only a fully "
+    "masked row, whose max is -inf, needs a replacement."
+)
+MAX_CLAMPED_FIX = "Replace only an infinite max: `torch.where(row_max == float('-inf'), 0, row_max)`."
+MAX_CLAMPED_SYMPTOM = "A row whose visible scores all lie far below 0 (near -1000, or -24000) comes out as zeros."
+BLOCKED_IN_MAX_NAME = "blocked scores reach exp before the mask removes them"
+BLOCKED_IN_MAX_HINT = (
+    "A blocked score took part in exp (or in the row's max) before the mask removed it, and exp left the range "
+    "of floating-point numbers: overflow to inf, or every visible key underflowing to 0. The blocked scores "
+    "must be out of the row *before* the max and the exp."
+)
+BLOCKED_IN_MAX_FIX = (
+    "Fill the blocked scores with -inf first, `scores.masked_fill(~mask, float('-inf'))`, then take the max and "
+    "the exp."
+)
+BLOCKED_IN_MAX_SYMPTOM = (
+    "A row with a blocked score far above the visible ones (like -9000 against visible scores near -24000) comes "
+    "out as zeros or NaN."
+)
+FULLY_MASKED_NAME = "a fully masked row gives NaN (softmax of a row of -inf)"
+FULLY_MASKED_SYMPTOM = "A query whose keys are all blocked gets a row of NaN."
+FULLY_MASKED_FIX = (
+    "Guard that row: subtract 0 instead of an infinite max (`torch.where(torch.isfinite(row_max), row_max, 0)`), "
+    "and divide by 1 where the row's sum is 0, so it comes out as zeros."
+)
+FILL = "Fill the blocked scores with -inf: `scores.masked_fill(~mask, float('-inf'))`."
+
+
+def _given_a_softmax(
+    probe: Callable[[Callable[..., Any]], bool], *, far: bool = False
+) -> Callable[[Callable[..., Any]], bool]:
+    """``probe``, taken as evidence only when the answer gives the softmax of an ordinary row with nothing
+    blocked: an answer wrong for another reason (a softmax over the queries, say) is not told the probe's
+    mistake. With ``far`` (a probe of scores near -1e35), not from an answer computing in float16 either,
+    which turns such scores into -inf."""
+
+    def probe_of_a_softmax(run: Callable[..., Any]) -> bool:
+        scores = torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64)
+        weights = torch.as_tensor(run(scores, torch.ones(1, 3, dtype=torch.bool)))
+        if far and weights.dtype == torch.float16:
+            return False
+        return bool(torch.allclose(weights.double(), torch.softmax(scores, dim=-1), atol=1e-3)) and probe(run)
+
+    return probe_of_a_softmax
+
+
+def _visible_row_far_below_zero_fails(run: Callable[..., Any]) -> bool:
+    """Nothing blocked, every score near -1000: a max over the visible scores gives a row summing to 1."""
+    scores = torch.tensor([[-1000.0, -1001.0, -1002.0, -999.5]], dtype=torch.float64)
+    total = torch.as_tensor(run(scores, torch.ones(1, 4, dtype=torch.bool))).double().sum()
+    return not bool(torch.isclose(total, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _blocked_score_reaches_exp(run: Callable[..., Any]) -> bool:
+    """Visible scores near 0 and one blocked score of 1000: if the blocked score takes part in the max or
+    in exp, the visible weights vanish (or become NaN)."""
+    scores = torch.tensor([[0.0, 1.0, 1000.0, 2.0]], dtype=torch.float64)
+    weights = torch.as_tensor(run(scores, torch.tensor([[True, True, False, True]]))).double()
+    visible = weights[0, [0, 1, 3]].sum()
+    return not bool(torch.isclose(visible, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _visible_keys_lose_weight(run: Callable[..., Any]) -> bool:
+    """Visible keys scoring -1e35 and a blocked key scoring 0: with -inf the two visible keys share all the
+    weight. A finite fill hands it to the blocked key, even when the weights are zeroed by the mask afterwards."""
+    scores = torch.tensor([[-1e35, -1e35, 0.0]], dtype=torch.float64)
+    weights = torch.as_tensor(run(scores, torch.tensor([[True, True, False]]))).double()
+    return not bool(torch.isclose(weights[0, :2].sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _fully_masked_row_is_nan(run: Callable[..., Any]) -> bool:
+    scores = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
+    mask = torch.tensor([[False, False, False], [True, False, True]])
+    return bool(torch.isnan(torch.as_tensor(run(scores, mask)).double()[0]).any())
+
+
 def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """Exercise: ``learner(scores, mask)`` must return the softmax of ``scores (..., seq_q, seq_k)``
+    """Debugging exercise: ``learner(scores, mask)`` must return the softmax of ``scores (..., seq_q, seq_k)``
     over the keys that ``mask`` allows (``True`` = may attend), zeros elsewhere, and a row of
-    zeros -- never NaN -- for a query whose keys are all blocked."""
+    zeros -- never NaN -- for a query whose keys are all blocked. The notebook hands out
+    :func:`handed_out_safe_masked_softmax`; handed back unchanged it is told so, and a fix of one bug leaves the
+    other named. Every answer must also give blocked keys no weight at all, whatever the scores."""
     cases = _masked_softmax_cases()
 
     def fill_then_softmax(scores, mask, fill=float("-inf")):
@@ -335,87 +534,141 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
 
     misconceptions = [
         Misconception(
-            "a fully masked row gives NaN (softmax of a row of -inf)",
+            FULLY_MASKED_NAME,
             fill_then_softmax,
-            "When every score in a row is -inf, its max is -inf too, and -inf - (-inf) is NaN; renormalising "
-            "after the softmax divides 0 by 0 instead. Guard that row: subtract 0 instead of an infinite max "
-            "(or divide by 1 where the row sum is 0), so it comes out as zeros.",
+            "When every score of a row is -inf, its max is -inf too, and -inf - (-inf) is NaN.",
+            fix=FULLY_MASKED_FIX,
+            symptom=FULLY_MASKED_SYMPTOM,
         ),
         Misconception(
-            "a fully masked row gives NaN (softmax of a row of -inf)",
+            FULLY_MASKED_NAME,
             renormalised,
-            "Your fully masked row is NaN: renormalising after the softmax divides its sum, 0, by 0. Guard that "
-            "row (divide by 1 where the sum is 0), so it comes out as zeros.",
+            "Renormalising after the softmax divides a fully masked row's sum, 0, by 0.",
+            fix="Divide by 1 where the row's sum is 0: `weights / torch.where(total == 0, 1, total)`.",
+            symptom=FULLY_MASKED_SYMPTOM,
         ),
         Misconception(
             MAX_CLAMPED_NAME,
             clamped_max,
             MAX_CLAMPED_HINT,
             detect=_visible_row_far_below_zero_fails,
+            fix=MAX_CLAMPED_FIX,
+            symptom=MAX_CLAMPED_SYMPTOM,
         ),
         Misconception(
-            "blocked scores reach exp before the mask removes them",
+            BLOCKED_IN_MAX_NAME,
             global_row_max,
-            "Your row is all zeros for the query whose visible keys score near -24000 while a blocked key scores "
-            "-9000: the blocked score took part in exp (or in the row's max) before the mask removed it, and "
-            "exp left the range of floating-point numbers (overflow to inf, or underflow of every visible key "
-            "to 0). Fill blocked scores with -inf *before* the max and the exp.",
+            BLOCKED_IN_MAX_HINT,
             detect=_blocked_score_reaches_exp,
+            fix=BLOCKED_IN_MAX_FIX,
+            symptom=BLOCKED_IN_MAX_SYMPTOM,
         ),
         Misconception(
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
             lambda scores, mask: fill_then_softmax(scores, mask, -1e9),
-            "Filling with -1e9 hides the NaN but gives a query with nothing to see equal weight on every "
-            "blocked key -- it attends to padding. Use -inf and guard the fully masked row so it is all zeros.",
+            "A large negative fill hides the NaN, but a query with nothing to see then spreads its weight evenly "
+            "over the blocked keys: it attends to padding.",
+            fix="Fill with -inf, and guard the fully masked row so that it comes out as zeros.",
+            symptom="A query whose keys are all blocked gets equal weight on every key, not zeros.",
         ),
         Misconception(
             AFTER_SOFTMAX_NAME,
             lambda scores, mask: torch.softmax(scores, dim=-1) * mask,
             AFTER_SOFTMAX_HINT,
+            fix="Fill the blocked scores with -inf before the softmax, and guard the fully masked row.",
+            symptom="Blocked keys get weight 0, but the weights of a row sum to less than 1.",
         ),
-        Misconception(POLARITY_NAME, lambda scores, mask: masked_softmax_neg_inf(scores, ~mask), POLARITY_HINT),
-        Misconception(POLARITY_NAME, lambda scores, mask: fill_then_softmax(scores, ~mask), POLARITY_HINT),
+        Misconception(
+            POLARITY_NAME,
+            lambda scores, mask: masked_softmax_neg_inf(scores, ~mask),
+            POLARITY_HINT,
+            fix="Fill where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.",
+            symptom="Your weights go to the keys the mask blocks, and none to those it allows.",
+        ),
         Misconception(
             "blocked scores set to 0 instead of -inf",
             lambda scores, mask: fill_then_softmax(scores, mask, 0.0),
-            "A blocked score of 0 still gets weight; only -inf gives exp(-inf) = 0.",
+            "A blocked score of 0 still gets weight exp(0) relative to the others; only -inf gives exp(-inf) = 0.",
+            fix=FILL,
+            symptom="Blocked keys still get weight, as much as a key whose score is 0.",
         ),
         Misconception(
             "did not subtract the max: exp overflows to inf and gives NaN",
             no_max,
-            "exp(1000) is inf, and inf / inf is NaN: on the row near +1000 your weights are NaN. Subtract each "
-            "row's largest visible score before exp (torch.softmax does it for you).",
+            "exp(1000) is inf, and inf / inf is NaN; a shift by the row's largest visible score changes nothing else.",
+            fix="Subtract each row's largest visible score before exp (torch.softmax does it for you).",
+            symptom="Your rows with a score near +1000 come out as NaN, and so does a row whose keys are all blocked.",
         ),
         Misconception(
             "blocked scores pushed down by adding -10000 instead of -inf",
             lambda scores, mask: torch.softmax(scores - 10_000.0 * (~mask), dim=-1) * mask.any(-1, keepdim=True),
-            "Adding -10000 works only while every visible score is far above the blocked ones: the query whose "
-            "visible keys score near -24000 still puts its weight on a blocked key at -9000. Fill with -inf.",
+            "Adding -10000 blocks a key only while every visible score is far above it.",
+            fix=FILL,
+            symptom="The query whose visible keys score near -24000 puts its weight on a blocked key at -9000.",
         ),
         Misconception(
             "added the boolean mask to the scores",
             lambda scores, mask: torch.softmax(scores + mask, dim=-1),
-            "scores + mask adds 1 to every allowed score and 0 to every blocked one: nothing is blocked. "
-            "Select with the mask instead: scores.masked_fill(~mask, float('-inf')).",
+            "scores + mask adds 1 to every allowed score and 0 to every blocked one: nothing is blocked.",
+            fix=f"Select with the mask instead. {FILL}",
+            symptom="Blocked keys keep their weight; the allowed ones are only a little favoured.",
         ),
         Misconception(
             "multiplied -inf by (1 - mask): 0 × inf is NaN",
             lambda scores, mask: torch.softmax(scores + (1 - mask.to(scores.dtype)) * float("-inf"), dim=-1),
-            "(1 - mask) * -inf is -inf where the mask is 0, but 0 × -inf = NaN where it is 1: every allowed "
-            "score becomes NaN. Use masked_fill, which never multiplies by infinity.",
+            "(1 - mask) * -inf is -inf where the mask is 0, but 0 × -inf = NaN where it is 1.",
+            fix=f"Use masked_fill, which never multiplies by infinity. {FILL}",
+            symptom="Every weight of yours is NaN.",
         ),
-    ]
-    misconceptions += [
-        # Known by their symptoms, so that close variants are named too.
-        Misconception(MAX_CLAMPED_NAME, None, MAX_CLAMPED_HINT, detect=_visible_row_far_below_zero_fails),
-        Misconception(FINITE_FILL_NAME, None, FINITE_FILL_HINT, detect=blocked_key_gets_weight),
+        # Properties every right answer has, probed on every answer (so close variants are named too), and
+        # taken as evidence only from an answer that is a softmax over the keys at all.
         Misconception(
-            "a fully masked row gives NaN (softmax of a row of -inf)",
+            MAX_CLAMPED_NAME,
             None,
-            "Your row for a query whose keys are all blocked is NaN: its max is -inf and -inf - (-inf) is NaN, "
-            "or its sum is 0 and 0 / 0 is NaN. Guard that row (subtract 0 where the max is -inf, divide by 1 "
-            "where the sum is 0), so it comes out as zeros.",
-            detect=_fully_masked_row_is_nan,
+            MAX_CLAMPED_HINT,
+            detect=_given_a_softmax(_visible_row_far_below_zero_fails),
+            fix=MAX_CLAMPED_FIX,
+            symptom=MAX_CLAMPED_SYMPTOM,
+            always=True,
+        ),
+        Misconception(
+            FINITE_FILL_NAME,
+            None,
+            FINITE_FILL_HINT,
+            detect=_given_a_softmax(blocked_key_gets_weight, far=True),
+            fix=FILL,
+            symptom="A blocked key still takes weight when the visible keys score far below it (near -1e35).",
+            always=True,
+        ),
+        Misconception(
+            FINITE_FILL_NAME,
+            None,
+            "A finite fill (-10000, -1e9, or one below the row's minimum) blocks a key only while every visible "
+            "score stays far above it: when the visible keys score -1e35, a blocked key at 0 takes their weight, "
+            "and zeroing it afterwards leaves the visible keys almost nothing.",
+            detect=_given_a_softmax(_visible_keys_lose_weight, far=True),
+            fix=FILL,
+            symptom="When the visible keys score far below a blocked one (near -1e35), your visible weights do not "
+            "sum to 1.",
+            always=True,
+        ),
+        Misconception(
+            BLOCKED_IN_MAX_NAME,
+            None,
+            BLOCKED_IN_MAX_HINT,
+            detect=_given_a_softmax(_blocked_score_reaches_exp),
+            fix=BLOCKED_IN_MAX_FIX,
+            symptom=BLOCKED_IN_MAX_SYMPTOM,
+            always=True,
+        ),
+        Misconception(
+            FULLY_MASKED_NAME,
+            None,
+            "A row whose keys are all blocked has max -inf (and -inf - (-inf) is NaN) or sum 0 (and 0 / 0 is NaN).",
+            detect=_given_a_softmax(_fully_masked_row_is_nan),
+            fix=FULLY_MASKED_FIX,
+            symptom=FULLY_MASKED_SYMPTOM,
+            always=True,
         ),
     ]
     return check_function(
@@ -425,36 +678,7 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
         cases,
         misconceptions,
         shortcuts=("masked_softmax_neg_inf", "masked_softmax_renormalize"),
+        draw=_draw_masked_softmax,
+        original=handed_out_safe_masked_softmax,
         verbose=verbose,
     )
-
-
-MAX_CLAMPED_NAME = "the row's max clamped at 0 (or a constant), not taken over the visible scores"
-MAX_CLAMPED_HINT = (
-    "Your row whose visible scores lie near -24000 comes out as zeros (and so does a row of scores near -1000 "
-    "with nothing blocked): the max you subtract is not the row's largest visible score (clamp_min(0), or a "
-    "fixed number, turns -24000 into 0, and exp(-24000) underflows to 0). Only a fully masked row, whose max "
-    "is -inf, needs a replacement: torch.where(row_max == float('-inf'), 0, row_max)."
-)
-
-
-def _visible_row_far_below_zero_fails(run: Callable[..., Any]) -> bool:
-    """Nothing blocked, every score near -1000: a max over the visible scores gives a row summing to 1."""
-    scores = torch.tensor([[-1000.0, -1001.0, -1002.0, -999.5]], dtype=torch.float64)
-    total = torch.as_tensor(run(scores, torch.ones(1, 4, dtype=torch.bool))).double().sum()
-    return not bool(torch.isclose(total, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
-
-
-def _blocked_score_reaches_exp(run: Callable[..., Any]) -> bool:
-    """Visible scores near 0 and one blocked score of 1000: if the blocked score takes part in the max or
-    in exp, the visible weights vanish (or become NaN)."""
-    scores = torch.tensor([[0.0, 1.0, 1000.0, 2.0]], dtype=torch.float64)
-    weights = torch.as_tensor(run(scores, torch.tensor([[True, True, False, True]]))).double()
-    visible = weights[0, [0, 1, 3]].sum()
-    return not bool(torch.isclose(visible, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
-
-
-def _fully_masked_row_is_nan(run: Callable[..., Any]) -> bool:
-    scores = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -1.0]], dtype=torch.float64)
-    mask = torch.tensor([[False, False, False], [True, False, True]])
-    return bool(torch.isnan(torch.as_tensor(run(scores, mask)).double()[0]).any())

@@ -4,16 +4,22 @@ The attention patterns in the cases are random causal softmax rows, not hand-mad
 rows: on a one-hot previous-token pattern the main diagonal and the one below it would give
 the same mean over a few positions by accident far less often than on random rows, and random
 rows make every wrong diagonal, wrong target and wrong average give a different number.
+
+Besides its teaching cases, each function checker draws four more for every answer (other batch sizes,
+head counts, lengths and chunk placements), so an answer fitted to the teaching shapes meets shapes it
+was not fitted to.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import replace
+from typing import Any
 
 import torch
 
-from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.predictions import check_prediction
 from .scores import induction_score, previous_token_score
 from .task import InductionBatch, repeat_chunk
 
@@ -33,6 +39,21 @@ def _causal_weights(generator: torch.Generator, batch: int, heads: int, seq: int
     scores = torch.randn(batch, heads, seq, seq, generator=generator, dtype=torch.float64) * 2
     future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
     return scores.masked_fill(future, float("-inf")).softmax(-1)
+
+
+def _integer(generator: torch.Generator, low: int, high: int) -> int:
+    """A random whole number in ``low .. high`` (both included)."""
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
+def _chunks(generator: torch.Generator, batch: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Random ``first_start (batch,)``, ``repeat_len (batch,)`` and a ``seq`` that holds both copies after BOS,
+    with room to spare after the second copy."""
+    repeat_len = torch.randint(2, 7, (batch,), generator=generator)
+    seq = int(2 * repeat_len.max()) + _integer(generator, 2, 5)
+    room = seq - 2 * repeat_len  # first_start may be 1 .. room
+    first_start = 1 + (torch.rand(batch, generator=generator, dtype=torch.float64) * room).long()
+    return first_start, repeat_len, seq
 
 
 # ---------------------------------------------------------------- previous-token score
@@ -63,43 +84,53 @@ def _prev_over_heads(weights: torch.Tensor) -> torch.Tensor:
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2)).mean().expand(weights.shape[1])
 
 
+_PREVIOUS_FIX = "weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2)): key t - 1 of every query t >= 1."
+
 PREVIOUS_TOKEN_MISCONCEPTIONS = (
     Misconception(
         "off-by-one diagonal: the token itself",
         _prev_main_diagonal,
-        "You read the main diagonal weights[..., t, t]: how much each token attends to *itself*. The "
-        "previous token of query t is key t - 1, one below the diagonal: "
-        "weights.diagonal(offset=-1, dim1=-2, dim2=-1).",
+        "The main diagonal holds each token's weight on itself; the previous token of query t is one key "
+        "further left, key t - 1.",
+        fix=_PREVIOUS_FIX,
+        symptom="On a perfect previous-token pattern your score is 0.",
     ),
     Misconception(
         "off-by-one diagonal: two tokens back",
         _prev_two_back,
-        "You read weights[..., t, t - 2]. The previous token is exactly one back: diagonal offset -1.",
+        "You read the weight two tokens back; the previous token is exactly one back.",
+        fix=_PREVIOUS_FIX,
+        symptom="On a perfect previous-token pattern your score is 0.",
     ),
     Misconception(
         "off-by-one diagonal: above the diagonal",
         _prev_above_diagonal,
-        "diagonal(offset=+1) is weights[..., t, t + 1]: the *next* token, which a causal head cannot see (all "
-        "zeros). Keys are the columns: the previous token sits below the diagonal, offset -1.",
+        "Keys are the columns, and the diagonal above the main one holds the weight on the *next* token, which "
+        "a causal head cannot see: the previous token sits below the main diagonal.",
+        fix=_PREVIOUS_FIX,
+        symptom="Your scores are 0 on every causal pattern.",
     ),
     Misconception(
         "averaged over undefined positions",
         _prev_with_query_zero,
-        "Query 0 (BOS) has no previous token, so it has no previous-token weight to average: divide by the "
-        "seq - 1 queries t = 1 .. seq - 1, not by seq. The diagonal at offset -1 already has exactly those "
-        "seq - 1 entries; take their mean.",
+        "Query 0 (BOS) has no previous token, so it has no previous-token weight to average: the mean runs "
+        "over the seq - 1 queries t = 1 .. seq - 1.",
+        fix="Divide by seq - 1, not seq: the diagonal at offset -1 has exactly those seq - 1 entries; take their mean.",
+        symptom="On a perfect previous-token pattern of seq tokens your score is (seq - 1) / seq, not 1.",
     ),
     Misconception(
         "summed instead of averaged",
         _prev_summed,
-        "A score in [0, 1] is a mean: average the seq - 1 weights on the previous token (and the batch), "
-        "don't add them up.",
+        "A score is a mean weight, between 0 and 1, so that heads and sequence lengths compare.",
+        fix="Take the mean over the seq - 1 queries and the batch, not their sum: " + _PREVIOUS_FIX,
+        symptom="Your scores can be larger than 1: seq - 1 on a perfect previous-token pattern.",
     ),
     Misconception(
         "averaged over the heads too",
         _prev_over_heads,
-        "The score is one number *per head*: average over the batch and the queries (axes 0 and 2), keep "
-        "axis 1 (heads).",
+        "The score is one number *per head*: each head has its own pattern.",
+        fix="Average over the batch and the queries (axes 0 and 2) and keep axis 1, the heads.",
+        symptom="All your heads get the same score.",
     ),
 )
 
@@ -113,6 +144,15 @@ def _previous_token_cases() -> list[Case]:
     ]
 
 
+def _draw_previous_token(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        batch, heads, seq = _integer(generator, 2, 4), _integer(generator, 1, 3), _integer(generator, 3, 11)
+        weights = _causal_weights(generator, batch, heads, seq)
+        cases.append(Case((weights,), description=f"weights {tuple(weights.shape)}"))
+    return cases
+
+
 def check_previous_token_score(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(weights (batch, heads, seq, seq)) -> (heads,)``: the mean weight of query ``t`` on
     key ``t - 1``, over the batch and the queries ``t = 1 .. seq - 1``."""
@@ -123,6 +163,7 @@ def check_previous_token_score(learner: Callable[..., torch.Tensor], *, verbose:
         _previous_token_cases(),
         PREVIOUS_TOKEN_MISCONCEPTIONS,
         shortcuts=("previous_token_score",),
+        draw=_draw_previous_token,
         verbose=verbose,
     )
 
@@ -169,43 +210,6 @@ def _induction_per_sequence(weights, first_start, repeat_len):
     return torch.stack(scores).mean(0)
 
 
-INDUCTION_MISCONCEPTIONS = (
-    Misconception(
-        "attended to the earlier token itself",
-        lambda w, s, n: _induction_with_key(w, s, n, 0),
-        "You scored key t - repeat_len: the *earlier occurrence* of the current token. An induction head "
-        "looks one further, at the token that came *after* it (key t - repeat_len + 1): that is the token "
-        "to predict next.",
-    ),
-    Misconception(
-        "previous-token pattern instead",
-        lambda w, s, n: _prev_on_copy(w, s, n),
-        "You scored key t - 1, the previous token. The induction target is repeat_len - 1 keys back: "
-        "t - repeat_len + 1.",
-    ),
-    Misconception(
-        "averaged over undefined positions",
-        lambda w, s, n: _induction_with_key(w, s, n, 1, queries="all"),
-        "Outside the second copy there is no earlier occurrence to look back to, so the pattern is "
-        "undefined there: average only over the queries t = first_start + repeat_len .. "
-        "first_start + 2 * repeat_len - 1.",
-    ),
-    Misconception(
-        "left out the last token of the copy",
-        lambda w, s, n: _induction_with_key(w, s, n, 1, queries="second_but_last"),
-        "Every token of the second copy has an earlier occurrence, the last one too (the token after its "
-        "earlier occurrence is the first token of the second copy): score all repeat_len queries.",
-    ),
-    Misconception(
-        "averaged per sequence first",
-        _induction_per_sequence,
-        "Pool the queries: add up the weight on the target over every second-copy query of every sequence "
-        "and divide by the number of such queries. Averaging each sequence first gives a short chunk's "
-        "queries more say than a long chunk's.",
-    ),
-)
-
-
 def _prev_on_copy(weights, first_start, repeat_len):
     total = torch.zeros(weights.shape[1], dtype=weights.dtype)
     count = 0
@@ -214,6 +218,52 @@ def _prev_on_copy(weights, first_start, repeat_len):
             total += weights[b, :, t, t - 1]
             count += 1
     return total / count
+
+
+INDUCTION_MISCONCEPTIONS = (
+    Misconception(
+        "attended to the earlier token itself",
+        lambda w, s, n: _induction_with_key(w, s, n, 0),
+        "You scored the *earlier occurrence* of the current token. An induction head looks one further, at the "
+        "token that came *after* it: that is the token to predict next.",
+        fix="The target of query t is key t - repeat_len + 1, not t - repeat_len.",
+        symptom="On a perfect induction pattern your score is 0.",
+    ),
+    Misconception(
+        "previous-token pattern instead",
+        lambda w, s, n: _prev_on_copy(w, s, n),
+        "You scored the previous token. The induction target is the token after the earlier occurrence, "
+        "repeat_len - 1 keys back.",
+        fix="Read weights[b, :, t, t - repeat_len + 1], not weights[b, :, t, t - 1].",
+        symptom="On a pattern where every query looks at the token just before it, your score is 1.",
+    ),
+    Misconception(
+        "averaged over undefined positions",
+        lambda w, s, n: _induction_with_key(w, s, n, 1, queries="all"),
+        "Outside the second copy there is no earlier occurrence to look back to, so the pattern is undefined "
+        "there: those queries must not count.",
+        fix="Average only over the queries t = first_start + repeat_len .. first_start + 2 * repeat_len - 1 of "
+        "each sequence.",
+        symptom="Your score changes when the weights of queries outside the second copy change.",
+    ),
+    Misconception(
+        "left out the last token of the copy",
+        lambda w, s, n: _induction_with_key(w, s, n, 1, queries="second_but_last"),
+        "Every token of the second copy has an earlier occurrence, the last one too: the token after its "
+        "earlier occurrence is the first token of the second copy.",
+        fix="Score all repeat_len queries of the second copy: range(s + n, s + 2 * n).",
+        symptom="Your score does not change when the weights of the last query of each second copy change.",
+    ),
+    Misconception(
+        "averaged per sequence first",
+        _induction_per_sequence,
+        "Each query counts once. Averaging each sequence first gives a short chunk's few queries as much say as "
+        "a long chunk's many.",
+        fix="Add up the weight on the target over every second-copy query of every sequence, and divide by the "
+        "number of such queries.",
+        symptom="Your score is right when every sequence has the same repeat_len, and off when the lengths differ.",
+    ),
+)
 
 
 def _induction_cases() -> list[Case]:
@@ -234,6 +284,19 @@ def _induction_cases() -> list[Case]:
     ]
 
 
+def _draw_induction(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        batch = _integer(generator, 2, 4)
+        first_start, repeat_len, seq = _chunks(generator, batch)
+        weights = _causal_weights(generator, batch, _integer(generator, 1, 3), seq)
+        description = (
+            f"weights {tuple(weights.shape)}, first_start {first_start.tolist()}, repeat_len {repeat_len.tolist()}"
+        )
+        cases.append(Case((weights, first_start, repeat_len), description=description))
+    return cases
+
+
 def check_induction_score(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(weights (batch, heads, seq, seq), first_start (batch,), repeat_len (batch,)) -> (heads,)``:
     the weight of each second-copy query ``t`` on key ``t - repeat_len + 1``, pooled over every such
@@ -245,6 +308,7 @@ def check_induction_score(learner: Callable[..., torch.Tensor], *, verbose: bool
         _induction_cases(),
         INDUCTION_MISCONCEPTIONS,
         shortcuts=("induction_score",),
+        draw=_draw_induction,
         verbose=verbose,
     )
 
@@ -277,45 +341,79 @@ def _right_mask(noise, s, n):
     return _mask_from(s, n, noise.shape[1], 0, -1)
 
 
-REPEAT_MISCONCEPTIONS = (
-    Misconception(
-        "mask marks the whole second copy",
-        lambda x, s, n: (_second_copy(x, s, n), _mask_from(s, n, x.shape[1], 0, 0)),
-        "The mask marks positions whose *next* token is predictable. After the last token of the second "
-        "copy comes random noise: leave that position out (the mask covers repeat_len - 1 positions).",
-    ),
-    Misconception(
-        "mask one position early",
-        lambda x, s, n: (_second_copy(x, s, n), _mask_from(s, n, x.shape[1], -1, -1)),
-        "Position first_start + repeat_len - 1 is the last token of the *first* copy; the token after it starts "
-        "the second copy, but nothing announces it yet (it could be any token). The first predictable next "
-        "token follows position first_start + repeat_len.",
-    ),
-    Misconception(
-        "second copy one position late",
-        lambda x, s, n: (_second_copy(x, s, n, shift=1), _right_mask(x, s, n)),
-        "The second copy starts right after the first, at first_start + repeat_len, with no gap.",
-    ),
-    Misconception(
-        "copied the second copy over the first",
-        lambda x, s, n: (_copy_backwards(x, s, n), _right_mask(x, s, n)),
-        "Copy forwards: the tokens already at first_start .. first_start + repeat_len - 1 are the chunk, and "
-        "they are written again over the next repeat_len positions.",
-    ),
-    Misconception(
-        "mask of 0/1 numbers, not booleans",
-        lambda x, s, n: (_second_copy(x, s, n), _right_mask(x, s, n).long()),
-        "Return the mask as a bool tensor (e.g. torch.zeros(..., dtype=torch.bool)): 0/1 integers index a "
-        "tensor as positions 0 and 1, not as a selection.",
-    ),
-)
-
-
 def _copy_backwards(noise, first_start, repeat_len):
     tokens = noise.clone()
     for b, (s, length) in enumerate(zip(first_start.tolist(), repeat_len.tolist(), strict=True)):
         tokens[b, s : s + length] = noise[b, s + length : s + 2 * length]
     return tokens
+
+
+def _right_values_in_another_dtype(output: int) -> Callable[[Callable[..., Any]], bool]:
+    """A probe: True when the answer's ``output`` (0: tokens, 1: the mask) holds the reference's values in a
+    dtype other than the reference's (floats for tokens, numbers for the mask)."""
+
+    def detect(run: Callable[..., Any]) -> bool:
+        case = _repeat_cases()[0]
+        got = run(*case.args)[output]  # an answer that returns no pair raises here: no evidence either way
+        want = _repeat_reference(*case.args)[output]
+        return got.dtype != want.dtype and torch.equal(got.to(want.dtype), want)
+
+    return detect
+
+
+REPEAT_MISCONCEPTIONS = (
+    Misconception(
+        "mask marks the whole second copy",
+        lambda x, s, n: (_second_copy(x, s, n), _mask_from(s, n, x.shape[1], 0, 0)),
+        "The mask marks positions whose *next* token is predictable. After the last token of the second copy "
+        "comes random noise, so that position's next token is not.",
+        fix="Mark repeat_len - 1 positions: mask[b, s + n : s + 2 * n - 1] = True.",
+        symptom="Your mask has one True too many in every sequence, at the last position of the second copy.",
+    ),
+    Misconception(
+        "mask one position early",
+        lambda x, s, n: (_second_copy(x, s, n), _mask_from(s, n, x.shape[1], -1, -1)),
+        "Position first_start + repeat_len - 1 is the last token of the *first* copy; the token after it starts "
+        "the second copy, but nothing announces it yet (it could be any token). The first predictable next token "
+        "follows position first_start + repeat_len.",
+        fix="mask[b, s + n : s + 2 * n - 1] = True.",
+        symptom="Your mask starts one position before the reference's, and ends one before it.",
+    ),
+    Misconception(
+        "second copy one position late",
+        lambda x, s, n: (_second_copy(x, s, n, shift=1), _right_mask(x, s, n)),
+        "The second copy starts right after the first, with no gap.",
+        fix="tokens[b, s + n : s + 2 * n] = noise[b, s : s + n].",
+        symptom="Your second copy starts one position later than the reference's.",
+    ),
+    Misconception(
+        "copied the second copy over the first",
+        lambda x, s, n: (_copy_backwards(x, s, n), _right_mask(x, s, n)),
+        "The chunk is what already stands at first_start .. first_start + repeat_len - 1: the model must read it "
+        "there, then again right after.",
+        fix="Write noise[b, s : s + n] into tokens[b, s + n : s + 2 * n], not the other way round.",
+        symptom="Your tokens at the first copy's positions changed, and the positions after it still hold their noise.",
+    ),
+    Misconception(
+        "tokens returned as floats",
+        None,
+        "Tokens are indices into the vocabulary: whole numbers. An embedding table takes an integer tensor "
+        "(nn.Embedding raises on floats), and so does indexing.",
+        detect=_right_values_in_another_dtype(0),
+        fix="Start from noise.clone(), which keeps noise's integer dtype, or make new tensors with "
+        "dtype=noise.dtype; no .float().",
+        symptom="Your tokens hold the right values, in a floating dtype.",
+    ),
+    Misconception(
+        "mask of 0/1 numbers, not booleans",
+        None,
+        "A mask of numbers is not a selection: tensor[mask] with 0/1 integers picks positions 0 and 1 again and "
+        "again instead of the marked ones.",
+        detect=_right_values_in_another_dtype(1),
+        fix="Make the mask a bool tensor: torch.zeros(..., dtype=torch.bool), then set True.",
+        symptom="Your induction_mask marks the right positions, with numbers instead of True and False.",
+    ),
+)
 
 
 def _repeat_cases() -> list[Case]:
@@ -333,11 +431,24 @@ def _repeat_cases() -> list[Case]:
     ]
 
 
+def _draw_repeat(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        batch = _integer(generator, 2, 4)
+        first_start, repeat_len, seq = _chunks(generator, batch)
+        noise = torch.randint(1, 30, (batch, seq), generator=generator)
+        noise[:, 0] = 0
+        description = f"{batch} x {seq} tokens, first_start {first_start.tolist()}, repeat_len {repeat_len.tolist()}"
+        cases.append(Case((noise, first_start, repeat_len), description=description))
+    return cases
+
+
 def check_repeat_chunk(
     learner: Callable[..., tuple[torch.Tensor, torch.Tensor]], *, verbose: bool = True
 ) -> CheckResult:
     """Check ``learner(noise (batch, seq), first_start (batch,), repeat_len (batch,)) -> (tokens (batch, seq),
-    induction_mask (batch, seq) bool)`` against :func:`~.task.repeat_chunk`."""
+    induction_mask (batch, seq) bool)`` against :func:`~.task.repeat_chunk`. Tokens are compared with their
+    dtype: the same values as floats are not tokens."""
     return check_function(
         "repeat_chunk",
         learner,
@@ -346,6 +457,7 @@ def check_repeat_chunk(
         REPEAT_MISCONCEPTIONS,
         output_names=("tokens", "induction_mask"),
         shortcuts=("repeat_chunk",),
+        draw=_draw_repeat,
         verbose=verbose,
     )
 
@@ -360,7 +472,8 @@ def _ablate_reference(merged: torch.Tensor, num_heads: int, head: int) -> torch.
     return out
 
 
-def _ablate_strided(merged, num_heads, head):
+def _handed_out_ablate_head(merged, num_heads, head):
+    # The code notebook 07 hands out, bug included: an answer that still gives its numbers is told so.
     out = merged.clone()
     out[..., head::num_heads] = 0
     return out
@@ -388,28 +501,49 @@ def _ablate_d_head_at_head(merged, num_heads, head):
     return out
 
 
+def _ablate_num_heads_wide(merged, num_heads, head):
+    out = merged.clone()
+    out[..., head * num_heads : (head + 1) * num_heads] = 0
+    return out
+
+
+_ABLATE_FIX = (
+    "d_head = merged.shape[-1] // num_heads; zero merged[..., head * d_head : (head + 1) * d_head] in a copy "
+    "(merged.clone())."
+)
+
 ABLATE_MISCONCEPTIONS = (
-    Misconception(
-        "zeroed every num_heads-th feature",
-        _ablate_strided,
-        "The heads sit side by side, head h in features h * d_head .. (h + 1) * d_head - 1 (the merge of notebook "
-        "04 puts them there); merged[..., head::num_heads] picks one feature of *every* head.",
-    ),
     Misconception(
         "counted heads from 1",
         _ablate_from_one,
-        "Heads are numbered from 0 here, as the scores table numbers them: head h starts at feature h * d_head.",
+        "Heads are numbered from 0 here, as the scores table numbers them: head 0 owns the first d_head features.",
+        fix=_ABLATE_FIX,
+        symptom="Your function zeroes the features of the head before the one asked for, and for head 0 nothing "
+        "at all.",
     ),
     Misconception(
         "kept only that head",
         _ablate_keep_only,
-        "Ablating a head removes *its* contribution and keeps the others: zero its d_head features, leave "
-        "the rest as they are.",
+        "Ablating a head removes *its* contribution and keeps every other head's: the model runs without that "
+        "one head.",
+        fix=_ABLATE_FIX,
+        symptom="In your output the asked head's features are kept and every other feature is 0.",
     ),
     Misconception(
         "started at feature `head`, not `head * d_head`",
         _ablate_d_head_at_head,
-        "Head h's slice starts at h * d_head: merged[..., head * d_head : (head + 1) * d_head].",
+        "Head h's features start after the h heads before it, each d_head features wide.",
+        fix=_ABLATE_FIX,
+        symptom="Your function zeroes d_head features in a row: the right ones for head 0, the wrong ones for any "
+        "other head.",
+    ),
+    Misconception(
+        "slices num_heads features wide",
+        _ablate_num_heads_wide,
+        "num_heads counts the heads; each head is d_head = merged.shape[-1] // num_heads features wide, and the "
+        "two are equal only by chance.",
+        fix=_ABLATE_FIX,
+        symptom="Your function is right when num_heads equals d_head, and zeroes the wrong features otherwise.",
     ),
 )
 
@@ -423,11 +557,30 @@ def _ablate_cases() -> list[Case]:
     ]
 
 
+def _draw_ablate(generator: torch.Generator) -> list[Case]:
+    cases = []
+    for _ in range(4):
+        num_heads, d_head = _integer(generator, 2, 5), _integer(generator, 2, 5)
+        head = _integer(generator, 0, num_heads - 1)
+        merged = random_tensor(generator, _integer(generator, 2, 3), _integer(generator, 1, 4), num_heads * d_head)
+        description = f"merged {tuple(merged.shape)}, {num_heads} heads of {d_head}, head {head}"
+        cases.append(Case((merged, num_heads, head), description=description))
+    return cases
+
+
 def check_ablate_head(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """Check ``learner(merged (batch, seq, num_heads * d_head), num_heads, head) -> same shape``: the heads'
-    outputs side by side (the input of the output projection) with head ``head`` (0-based) set to zero."""
+    outputs side by side (the input of the output projection) with head ``head`` (0-based) set to zero.
+    The code notebook 07 hands out, returned unchanged, is told it is still the original."""
     return check_function(
-        "ablate_head", learner, _ablate_reference, _ablate_cases(), ABLATE_MISCONCEPTIONS, verbose=verbose
+        "ablate_head",
+        learner,
+        _ablate_reference,
+        _ablate_cases(),
+        ABLATE_MISCONCEPTIONS,
+        draw=_draw_ablate,
+        original=_handed_out_ablate_head,
+        verbose=verbose,
     )
 
 
@@ -449,30 +602,50 @@ UNTRAINED_MISCONCEPTIONS = (
         lambda: 1 / PREDICTION_SEQ,
         "1/32 would be right if every query shared its weight among all 32 keys. The causal mask lets query t "
         "see only t + 1 keys, so the early queries give the previous token a large share (1/2 at t = 1).",
+        symptom="Your number gives every query the same share: does query 1 share its weight among as many keys "
+        "as query 31?",
     ),
     Misconception(
         "the share of the middle query",
         lambda: 1 / (PREDICTION_SEQ // 2 + 1),
         "1/(t + 1) at the middle query is not the mean of 1/(t + 1): the early queries, with few keys to share "
         "among, put far more on the previous token, and they pull the mean up.",
+        symptom="Your number is the share of a single query.",
     ),
     Misconception(
         "counted query 0",
         lambda: sum(1 / (t + 1) for t in range(PREDICTION_SEQ)) / PREDICTION_SEQ,
-        "Query 0 has no previous token: the score averages over the 31 queries t = 1 .. 31 only (notebook 07, "
-        "section 7), not over all 32 with query 0's weight on itself.",
+        "Query 0 has no previous token: the score averages over the 31 queries t = 1 .. 31 only (section 7), not "
+        "over all 32 with query 0's weight on itself.",
+        symptom="Your mean has 32 terms, and its first is large.",
+    ),
+    Misconception(
+        "divided by 32 queries, not 31",
+        lambda: sum(1 / (t + 1) for t in range(1, PREDICTION_SEQ)) / PREDICTION_SEQ,
+        "The score is a mean over the queries that have a previous token, t = 1 .. 31: 31 of them, not the 32 tokens.",
+        symptom="Your sum runs over the right queries; look at what it is divided by.",
+    ),
+    Misconception(
+        "forgot that a query sees itself",
+        lambda: sum(1 / t for t in range(1, PREDICTION_SEQ)) / (PREDICTION_SEQ - 1),
+        "A causal query sees the keys before it *and itself*: query t spreads its weight over t + 1 keys, so "
+        "its previous token gets 1/(t + 1).",
+        symptom="Your number fits a share of 1/t at query t: how many keys may query t see?",
     ),
     Misconception(
         "an untrained head looks nowhere",
         lambda: 0.0,
-        "Softmax rows sum to 1: even with random weights every query gives every key it may see some weight, "
-        "the previous one included.",
+        "Softmax rows sum to 1: even with random weights every query gives every key it may see some weight, the "
+        "previous one included.",
+        symptom="Your number is 0, though every softmax row sums to 1.",
     ),
 )
 
 
-def _measured_untrained_scores() -> torch.Tensor:
-    """The 8 heads' previous-token scores at step 0 of the shipped run, on the held-out batch."""
+@functools.cache
+def _measured_untrained_scores() -> tuple[float, float]:
+    """The lowest and highest previous-token score of the 8 heads at step 0 of the shipped run, on the
+    held-out batch (read once: the checkpoints do not change)."""
     from .checkpoints import load_checkpoints  # the checkpoints import training; checkers load them lazily
     from .training import evaluation_batch
 
@@ -480,31 +653,27 @@ def _measured_untrained_scores() -> torch.Tensor:
     batch = evaluation_batch(checkpoints.config, 128)
     with torch.no_grad():
         _, weights = checkpoints.model_at(0)(batch.tokens)
-    return torch.stack([previous_token_score(w) for w in weights])
+    scores = torch.stack([previous_token_score(w) for w in weights])
+    return float(scores.min()), float(scores.max())
 
 
 def check_untrained_prediction(learner: Callable[[], float], *, verbose: bool = True) -> CheckResult:
-    """Check ``learner() -> float``: the previous-token score of a head that spreads each query's weight
-    evenly over the keys it may see, on :data:`PREDICTION_SEQ`-token sequences (within 0.01). The
-    message adds what the 8 heads of the shipped run scored at step 0."""
-    result = check_function(
+    """Check ``learner() -> float`` (or the number itself): the previous-token score of a head that spreads each
+    query's weight evenly over the keys it may see, on :data:`PREDICTION_SEQ`-token sequences. Told too high or
+    too low first; the value, with what the 8 heads of the shipped run scored at step 0, once it is right or
+    after a few tries."""
+    low, high = _measured_untrained_scores()
+    explain = (
+        f"1/(t + 1), the even share of query t, averaged over the {PREDICTION_SEQ - 1} queries t = 1 .. "
+        f"{PREDICTION_SEQ - 1}. Measured at step 0 of the shipped run, the 8 heads scored {low:.3f} to {high:.3f}: "
+        "random heads spread almost evenly"
+    )
+    return check_prediction(
         "untrained_prediction",
         learner,
         _uniform_previous_token_score,
-        [Case((), description="a head that spreads its weight evenly, 32 tokens")],
+        "a head that spreads its weight evenly, 32 tokens",
         UNTRAINED_MISCONCEPTIONS,
-        atol=0.01,
-        rtol=0.0,
-        verbose=False,
+        explain=explain,
+        verbose=verbose,
     )
-    if result.status in ("correct", "misconception", "incorrect"):
-        measured = _measured_untrained_scores()
-        result = replace(
-            result,
-            message=f"{result.message} Measured at step 0 of the shipped run: the 8 heads scored "
-            f"{float(measured.min()):.3f} to {float(measured.max()):.3f} (even spreading: "
-            f"{_uniform_previous_token_score():.3f}).",
-        )
-    if verbose:
-        print(result.message)
-    return result

@@ -1,12 +1,16 @@
 """Exercise checkers for notebook 02 (scaled dot-product attention): a prediction of how the scores
 grow with d_k, the stable softmax (a debugging exercise), and the learner's own scaled dot-product
-attention with an optional boolean mask, the second piece of their implementation. Each names the
-misconception a wrong answer matches."""
+attention with an optional boolean mask, the second piece of their implementation.
+
+Each checker runs the learner's function on the teaching cases and on cases drawn for that answer; a wrong
+answer is told what differs first, the name of its mistake when the same mistake comes again, and the fix
+on request (``result.hint()``, ``result.reveal()``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -25,8 +29,14 @@ from ...teaching.misconceptions import (
     random_mask,
     wrong_axes_misconceptions,
 )
+from ...teaching.predictions import check_prediction
 
 __all__ = ["check_my_attention", "check_softmax", "check_spread_prediction"]
+
+
+def _sizes(generator: torch.Generator, count: int, low: int, high: int) -> list[int]:
+    """``count`` whole numbers drawn from ``low`` to ``high`` (both included)."""
+    return torch.randint(low, high + 1, (count,), generator=generator).tolist()
 
 
 # ---------------------------------------------------------------- predict: how the scores grow
@@ -40,33 +50,40 @@ def spread_growth() -> float:
 
 def check_spread_prediction(learner: Callable[[], Any], *, verbose: bool = True) -> CheckResult:
     """Prediction: ``learner()`` returns the factor by which the typical size (standard deviation) of an
-    unscaled score ``q · k`` grows when d_k goes from 64 to 256 (unit-variance entries). Within 0.05."""
-    misconceptions = [
+    unscaled score ``q · k`` grows when d_k goes from 64 to 256 (unit-variance entries). Within 2%: 0.04."""
+    mistakes = [
         Misconception(
             "confused the spread with the variance",
             lambda: 4.0,
             "The *variance* of q·k is d_k, so it grows 4 times; the typical size of a score is its standard "
-            "deviation, the square root of the variance: √4 = 2.",
+            "deviation, the square root of the variance.",
+            fix="√4 = 2.",
+            symptom="Four times as many terms do not make a sum four times as wide when the terms' signs are random.",
         ),
         Misconception(
             "the scores do not grow",
             lambda: 1.0,
             "q·k adds up d_k products of mean 0 and variance 1: four times as many terms, four times the variance.",
+            fix="The variance grows 4 times, the standard deviation √4 = 2 times.",
+            symptom="q·k adds up d_k products: with four times as many terms, the sum spreads wider.",
         ),
         Misconception(
             "grows with d_k squared",
             lambda: 16.0,
             "Independent terms add their variances: d_k terms give variance d_k (not d_k²), spread √d_k.",
+            fix="√(256 / 64) = 2.",
+            symptom="The spread of a sum of independent terms grows more slowly than the number of terms, not faster.",
         ),
     ]
-    return check_function(
+    return check_prediction(
         "predict: how the scores grow",
         learner,
         spread_growth,
-        [Case((), description="std of q·k at d_k = 256 divided by its std at d_k = 64")],
-        misconceptions,
-        atol=0.05,
-        rtol=0.0,
+        "std of q·k at d_k = 256 divided by its std at d_k = 64",
+        mistakes,
+        atol=0.04,
+        explain="the variance of q·k is d_k (a sum of d_k independent products of variance 1), so its standard "
+        "deviation is √d_k, and √256 / √64 = 16 / 8 = 2",
         verbose=verbose,
     )
 
@@ -74,9 +91,11 @@ def check_spread_prediction(learner: Callable[[], Any], *, verbose: bool = True)
 # ---------------------------------------------------------------- softmax (a debugging exercise)
 
 
-def _naive_softmax(x: torch.Tensor) -> torch.Tensor:
-    e = torch.exp(x)
-    return e / e.sum(dim=-1, keepdim=True)
+def handed_out_stable_softmax(x: torch.Tensor) -> torch.Tensor:
+    """The buggy softmax notebook 02 hands out, as it is there: ``x (..., n)`` -> ``(..., n)``, shifted by one
+    global max and divided by the sum of the whole tensor."""
+    e = torch.exp(x - x.max())
+    return e / e.sum()
 
 
 def _softmax_cases() -> tuple:
@@ -103,9 +122,23 @@ def _softmax_cases() -> tuple:
     return cases, square
 
 
+def _draw_softmax(generator: torch.Generator) -> list[Case]:
+    """Rows of other lengths, with 1, 3, 2 and 1 leading axes, each row shifted by a random amount. Only a few
+    dozen apart, so that float32 and float64 overflow and underflow alike: a known mistake is told by the same
+    numbers in both (the teaching cases hold the far rows)."""
+    cases = []
+    for axes in (1, 3, 2, 1):
+        leading, n = _sizes(generator, axes, 2, 4), _sizes(generator, 1, 2, 9)[0]
+        x = random_tensor(generator, *leading, n, scale=3.0) + random_tensor(generator, *leading, 1, scale=5.0)
+        cases.append(Case((x,), description=f"x {tuple(x.shape)}, each row shifted by a random amount"))
+    return cases
+
+
 def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(x)`` must return the numerically stable softmax of ``x (..., n)``
-    along the last axis (same shape; each row sums to 1; no overflow for large inputs)."""
+    along the last axis (same shape; each row sums to 1; no overflow for large inputs). The notebook hands
+    out :func:`handed_out_stable_softmax`; handed back unchanged it is told so, and a fix of one bug leaves
+    the other named."""
     cases, square = _softmax_cases()
 
     def global_max(x: torch.Tensor) -> torch.Tensor:
@@ -120,6 +153,10 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         e = torch.exp(x)
         return e / e.sum()
 
+    def naive(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x)
+        return e / e.sum(dim=-1, keepdim=True)
+
     def no_keepdim(x: torch.Tensor) -> torch.Tensor:
         e = torch.exp(x - x.amax(dim=-1, keepdim=True))
         return e / e.sum(dim=-1)
@@ -128,81 +165,100 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         e = torch.exp(x - shift)
         return e / e.sum(dim=-1, keepdim=True)
 
-    def hint(where: str) -> str:
-        return f"Your values sum to 1 {where}. Attention normalises each row over the last axis: softmax(x, dim=-1)."
-
+    row_max = "Subtract each row's maximum: `x - x.amax(dim=-1, keepdim=True)`."
+    axis = "Take the max and the sum over the last axis, each row's own: `dim=-1` with `keepdim=True`."
+    far_apart = "Your rows whose entries lie far apart (like [1000, 0, 0, 0]) come out as NaN."
     misconceptions = [
-        Misconception(
-            "softmax over the wrong dimension", lambda x: softmax(x, dim=-2), hint("down each column (dim=-2)")
-        ),
-        Misconception(
-            "softmax over the wrong dimension", lambda x: softmax(x, dim=0), hint("over the first axis (dim=0)")
-        ),
-        # dim=1 is right for one (seq, n) matrix only; with a batch axis in front it is wrong.
-        Misconception(
-            "softmax over the wrong dimension",
-            lambda x: softmax(x, dim=1),
-            hint("over dim=1, which is the last axis only when there is no batch axis in front"),
+        *(
+            Misconception(
+                "softmax over the wrong dimension",
+                lambda x, dim=dim: softmax(x, dim=dim),
+                f"Attention normalises each row over the last axis; {where}.",
+                fix=axis,
+                symptom=symptom,
+            )
+            for dim, where, symptom in (
+                (-2, "dim=-2 normalises down each column", "Your columns sum to 1, not your rows."),
+                (
+                    0,
+                    "dim=0 normalises over the first axis",
+                    "Your values sum to 1 along the first axis, not along each row.",
+                ),
+                (
+                    1,
+                    "dim=1 is the last axis only when there is no batch axis in front",
+                    "Your rows sum to 1 only for inputs with exactly two axes.",
+                ),
+            )
         ),
         Misconception(
             "subtracted the row's minimum instead of its maximum",
             lambda x: shifted(x, x.amin(dim=-1, keepdim=True)),
             "Any shift leaves the softmax unchanged, but only the maximum keeps every exponent <= 0: on a row "
             "like [1000, 0], x - min is [1000, 0] again and exp(1000) overflows to inf (inf/inf = NaN).",
+            fix=row_max,
+            symptom=far_apart,
         ),
         Misconception(
             "subtracted the row's mean instead of its maximum",
             lambda x: shifted(x, x.mean(dim=-1, keepdim=True)),
             "Any shift leaves the softmax unchanged, but only the maximum keeps every exponent <= 0: on a row "
             "like [1000, 0, 0, 0] the mean is 250, x - mean still holds 750, and exp(750) overflows to inf.",
+            fix=row_max,
+            symptom=far_apart,
         ),
         Misconception(
             "normalised by the sum without exp",
             lambda x: x / x.sum(dim=-1, keepdim=True),
-            "Dividing the scores by their sum is not a softmax: negative scores give negative weights. "
-            "Exponentiate first (after subtracting the row's max), then divide by the sum of the exps.",
+            "Dividing the scores by their sum is not a softmax: negative scores give negative weights.",
+            fix="Exponentiate first (after subtracting the row's max), then divide by the sum of the exps.",
+            symptom="Some of your weights are negative.",
         ),
         Misconception(
             "took the max without keepdim=True",
             lambda x: shifted(x, x.amax(dim=-1)),
             "x.max(dim=-1).values has shape (..., n) without the last axis, so x - max lines each row's max up "
-            "with the *columns*. Keep the axis: x.amax(dim=-1, keepdim=True) of shape (..., n, 1).",
+            "with the *columns*.",
+            fix="Keep the axis: `x.amax(dim=-1, keepdim=True)`, of shape (..., n, 1).",
+            symptom="Your rows sum to 1, but their weights are not the reference's; where the number of rows "
+            "differs from a row's length, your code raises.",
         ),
         Misconception(
             "did not subtract the max: exp overflows to inf and gives NaN",
-            _naive_softmax,
-            "exp(1000) is inf in float64 (and exp(89) already in float32), and inf/inf is NaN. Subtract "
-            "each row's max first: softmax(x - max) == softmax(x), and the largest exponent becomes exp(0) = 1.",
-        ),
-        Misconception(
-            "both bugs: one global max, and a sum over the whole tensor",
-            lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
-            "x.max() is one number for the whole tensor, so a row far below it underflows to zeros (then 0 / 0); "
-            "and e.sum() adds every entry, so no row sums to 1. Take both per row, over the last axis: "
-            "x.amax(dim=-1, keepdim=True) and e.sum(dim=-1, keepdim=True).",
+            naive,
+            "exp(1000) is inf in float64 (and exp(89) already in float32), and inf/inf is NaN; "
+            "softmax(x - c) == softmax(x) for any shift c, so a shift costs nothing.",
+            fix=f"{row_max} The largest exponent becomes exp(0) = 1.",
+            symptom="Your rows near +1000 or near -1000 come out as NaN.",
         ),
         Misconception(
             "subtracted one global max instead of each row's max",
             global_max,
-            "A row far below the global max underflows to all zeros and then divides 0 by 0. Use "
-            "x.amax(dim=-1, keepdim=True): one max per row.",
+            "x.max() is one number for the whole tensor: a row far below it underflows to all zeros, and 0 / 0 is NaN.",
+            fix="`x.amax(dim=-1, keepdim=True)`: one max per row.",
+            symptom="A row far below the tensor's largest entry comes out as NaN.",
         ),
         Misconception(
             "summed over the whole tensor (forgot dim=-1 in the sum)",
             whole_sum_stable,
-            "e.sum() adds up every entry of the tensor, so no row sums to 1. Use e.sum(dim=-1, keepdim=True).",
+            "e.sum() adds up every entry of the tensor, not each row's own.",
+            fix="`e.sum(dim=-1, keepdim=True)`.",
+            symptom="Your rows do not sum to 1: the whole tensor does.",
         ),
         Misconception(
             "summed over the whole tensor (forgot dim=-1 in the sum)",
             whole_sum_naive,
-            "e.sum() adds up every entry of the tensor, so no row sums to 1. Use e.sum(dim=-1, keepdim=True); "
-            "and subtract each row's max before exp so that large inputs cannot overflow.",
+            "e.sum() adds up every entry of the tensor, not each row's own; and exp of a large entry overflows.",
+            fix=f"`e.sum(dim=-1, keepdim=True)`; and {row_max[0].lower()}{row_max[1:]}",
+            symptom="Your rows do not sum to 1 (the whole tensor does), and large inputs give NaN.",
         ),
         Misconception(
             "summed without keepdim=True (the row sums broadcast along the wrong axis)",
             no_keepdim,
-            "e.sum(dim=-1) drops the summed axis, so dividing lines the row sums up with the columns. "
-            "keepdim=True keeps the shape (..., n, 1) so each row is divided by its own sum.",
+            "e.sum(dim=-1) drops the summed axis, so dividing lines the row sums up with the columns.",
+            fix="`e.sum(dim=-1, keepdim=True)` keeps the shape (..., n, 1), so each row is divided by its own sum.",
+            symptom="Your rows do not sum to 1; where the number of rows differs from a row's length, your code "
+            "raises.",
         ),
     ]
     return check_function(
@@ -213,6 +269,8 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         misconceptions,
         square_cases=square,
         shortcuts=("softmax",),
+        draw=_draw_softmax,
+        original=handed_out_stable_softmax,
         verbose=verbose,
     )
 
@@ -276,6 +334,28 @@ def _attention_cases() -> tuple:
     return cases, square
 
 
+def _draw_attention(generator: torch.Generator) -> list[Case]:
+    """Four cases of other sizes: no mask over a batch; a (seq_q, seq_k) mask over batch and heads; a padding
+    mask (batch, 1, 1, seq_k); a mask per batch element. No mask blocks a whole row."""
+    cases = []
+    for kind in ("no mask", "shared mask", "padding mask", "mask"):
+        batch = _sizes(generator, 2 if kind in ("shared mask", "padding mask") else 1, 2, 3)
+        (seq_k,), (seq_q, d_k, d_v) = _sizes(generator, 1, 2, 8), _sizes(generator, 3, 1, 7)
+        q, k, v = (random_tensor(generator, *batch, s, d) for s, d in ((seq_q, d_k), (seq_k, d_k), (seq_k, d_v)))
+        mask = {
+            "no mask": None,
+            "shared mask": random_mask(generator, seq_q, seq_k),
+            "padding mask": torch.arange(seq_k) < torch.randint(1, seq_k, (batch[0], 1, 1, 1), generator=generator),
+            "mask": random_mask(generator, *batch, seq_q, seq_k),
+        }[kind]
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        if mask is None:
+            cases.append(Case((q, k, v), description=shapes))
+        else:
+            cases.append(Case((q, k, v, mask), description=f"{shapes}, {kind} {tuple(mask.shape)}"))
+    return cases
+
+
 def _attend(q, k_t, v, mask=None, *, divide_by=None, dim=-1, fill=float("-inf"), after=False):
     scores = q @ k_t / (math.sqrt(q.shape[-1]) if divide_by is None else divide_by)
     if mask is not None and not after:
@@ -295,117 +375,169 @@ def _plain(q, k, v, mask=None, **options):
     return _attend(q, k.transpose(-2, -1), v, mask, **options)
 
 
+def _blocked_key_gets_weight(run: Callable[..., Any]) -> bool:
+    """The shared probe of a blocked key through attention (visible keys scoring -1e35, a blocked one 0), taken
+    as evidence only when the answer attends right to the two visible keys alone: an answer wrong for another
+    reason (a softmax over the queries, say) is not told this. ``run`` is the learner wrapped by
+    :func:`~mhsa_helpers.teaching.gradients.with_gradients`: the output comes first."""
+
+    def output(*args: Any) -> Any:
+        return run(*args)[0]
+
+    q = torch.tensor([[1e17]], dtype=torch.float64)
+    k, v = torch.full((2, 1), -1e18, dtype=torch.float64), torch.ones(2, 1, dtype=torch.float64)
+    alone = torch.as_tensor(output(q, k, v)).double()
+    return bool(torch.isclose(alone, torch.ones_like(alone)).all()) and attention_blocked_key_gets_weight(output)
+
+
 def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(q, k, v, mask=None)`` with ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``,
     ``v (..., seq_k, d_v)`` and an optional boolean ``mask`` broadcastable to ``(..., seq_q, seq_k)``
     (``True`` = may attend) must return ``softmax(q kᵀ / √d_k, blocked -> -inf) v`` of shape
     ``(..., seq_q, d_v)``, like the package's :func:`~mhsa_helpers.scaled_dot_product_attention`. Values
     and the gradients reaching q, k and v are compared, on cases with and without masks, batches and
-    heads, seq_q ≠ seq_k and d_k ≠ d_v. No mask blocks a whole row."""
+    heads, seq_q ≠ seq_k and d_k ≠ d_v, and on cases drawn for the answer. No mask blocks a whole row. Every
+    answer must also give a blocked key no weight at all, however far below it the visible keys score."""
     cases, square = _attention_cases()
-    sqrt_d_k = "√d_k = math.sqrt(q.shape[-1])"
-    wrong_dim_hint = (
-        "Your weights do not sum to 1 over the keys. Each query (row) distributes its attention over the "
-        "keys (the last axis): softmax(..., dim=-1)."
-    )
+    divide = "Divide the scores by `math.sqrt(q.shape[-1])` before the softmax"
+    fill = "Fill the blocked scores with -inf before the softmax: `scores.masked_fill(~mask, float('-inf'))`."
+    spread = "The spread of a dot product grows with the length of the vectors, d_k"
+    other_scale = "Your weights are flatter or sharper than the reference's wherever {} differs from d_k."
     misconceptions = [
         Misconception(
             "no √d_k scaling",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=1.0),
-            f"Divide the scores by {sqrt_d_k} before the softmax; without it, large d_k pushes the softmax into "
-            "saturation.",
+            f"{spread}: without dividing by √d_k, a wide head pushes the softmax into saturation.",
+            fix=f"{divide}.",
+            symptom="Your weights are sharper (further from uniform) than the reference's, the more so the wider d_k.",
         ),
         Misconception(
             "scaled by d_k instead of √d_k",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=q.shape[-1]),
-            "Your scores are divided by d_k. The spread of q·k grows like √d_k; divide by "
-            f"{sqrt_d_k}, not by d_k, which shrinks the scores too much and flattens the weights.",
+            f"{spread}, like √d_k: dividing by d_k shrinks the scores too much and flattens the weights.",
+            fix=f"{divide}, not by d_k.",
+            symptom="Your weights are flatter (closer to uniform) than the reference's, the more so the wider d_k.",
         ),
         Misconception(
             "scaled by √seq_k (the number of keys) instead of √d_k",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(k.shape[-2])),
-            f"Your scale uses the number of keys, k.shape[-2]. The spread of a dot product grows with the length "
-            f"of the vectors: divide by {sqrt_d_k}.",
+            f"{spread}, not with the number of keys.",
+            fix=f"{divide}, not by the square root of `k.shape[-2]`.",
+            symptom=other_scale.format("the number of keys"),
         ),
         Misconception(
             "scaled by √d_v (the value width) instead of √d_k",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(v.shape[-1])),
-            f"The scores are dot products of d_k-wide queries and keys, so the scale is {sqrt_d_k}; the value "
-            "width plays no part.",
+            "The scores are dot products of d_k-wide queries and keys; the value width plays no part in them.",
+            fix=f"{divide}, not by the square root of `v.shape[-1]`.",
+            symptom=other_scale.format("d_v"),
         ),
         Misconception(
             "multiplied by √d_k instead of dividing",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=1 / math.sqrt(q.shape[-1])),
-            "The scale is 1/√d_k: divide the scores by √d_k.",
+            "The scale 1/√d_k shrinks the scores; multiplying by √d_k grows them instead.",
+            fix=f"{divide}.",
+            symptom="Your weights are much sharper than the reference's, the more so the wider d_k.",
         ),
-        *[
+        *(
             Misconception(
                 "softmax over the wrong dimension",
                 lambda q, k, v, mask=None, dim=dim: _plain(q, k, v, mask, dim=dim),
-                wrong_dim_hint,
+                "Each query (row) distributes its attention over the keys, the last axis; a softmax over another "
+                "axis normalises the wrong numbers.",
+                fix="`torch.softmax(scores, dim=-1)`.",
+                symptom="Your weights do not sum to 1 over the keys of each query.",
             )
             for dim in (-2, 0, 1)
-        ],
+        ),
         Misconception(
             "did not transpose K",
             lambda q, k, v, mask=None: _attend(q, k, v, mask),
-            "Score (i, j) is query i · key j, so K must be transposed: q @ k.transpose(-2, -1).",
+            "Score (i, j) is query i · key j, so K is turned on its side before the product.",
+            fix="`q @ k.transpose(-2, -1)`.",
+            symptom="Your score table is not the table of query i · key j.",
         ),
-        *wrong_axes_misconceptions(_attend),
+        *(
+            replace(
+                m,
+                fix="Transpose only the last two axes of k: `k.transpose(-2, -1)` (or `k.mT`).",
+                symptom="Your code is right for inputs of one rank and wrong (or raises) for inputs of another.",
+            )
+            for m in wrong_axes_misconceptions(_attend)
+        ),
         Misconception(
             "scaled after the softmax",
             lambda q, k, v, mask=None: _plain(q, k, v * (1 / math.sqrt(q.shape[-1])), mask),
-            "Your weights were divided by √d_k after the softmax, so they sum to 1/√d_k. The scale belongs "
-            "inside: softmax(q kᵀ / √d_k).",
+            "The scale belongs inside the softmax, on the scores: weights scaled afterwards sum to 1/√d_k, not 1.",
+            fix="`torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v`.",
+            symptom="Your output is the reference's divided by √d_k.",
         ),
         Misconception(
             "applied the softmax after multiplying by V",
             lambda q, k, v, mask=None: torch.softmax(_masked_scores(q, k, mask) @ v, dim=-1),
-            "The softmax turns the scores into weights; the output is those weights times V: softmax(q kᵀ / √d_k) @ v.",
+            "The softmax turns the scores into weights; the output is those weights times V.",
+            fix="`torch.softmax(scores, dim=-1) @ v`.",
+            symptom="Every row of your output is positive and sums to 1.",
         ),
         Misconception(
             "reshaped K instead of transposing it",
             lambda q, k, v, mask=None: _attend(q, k.reshape(*k.shape[:-2], k.shape[-1], k.shape[-2]), v, mask),
-            "k.reshape(..., d_k, seq_k) has the right shape but reads the numbers in the wrong order: it is not "
-            "Kᵀ. Swap the two axes: k.transpose(-2, -1) (or k.mT).",
+            "k.reshape(..., d_k, seq_k) has the shape of Kᵀ but reads the numbers in the wrong order: it is not Kᵀ.",
+            fix="Swap the two axes: `k.transpose(-2, -1)` (or `k.mT`).",
+            symptom="Your score table has the right shape, but it is not the table of query i · key j.",
         ),
         Misconception(
             "returned the weights instead of weights @ V",
             lambda q, k, v, mask=None: _plain(q, k, torch.eye(k.shape[-2], dtype=q.dtype), mask),
-            "Your function returns the (seq_q, seq_k) attention weights. The output mixes the values with "
-            "them: weights @ v, of shape (..., seq_q, d_v).",
+            "The output mixes the values with the weights: one row of d_v numbers per query.",
+            fix="`return weights @ v`, of shape (..., seq_q, d_v).",
+            symptom="Your output has one column per key, not one per feature of the values.",
         ),
-        Misconception(
-            POLARITY_NAME, lambda q, k, v, mask=None: _plain(q, k, v, None if mask is None else ~mask), POLARITY_HINT
-        ),
-        Misconception(
-            POLARITY_NAME,
-            # What PyTorch's F.scaled_dot_product_attention (and the package) give for ~mask: zeros, not NaN,
-            # for the rows the inverted mask blocks entirely.
-            lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, None if mask is None else ~mask),
-            POLARITY_HINT,
+        *(
+            Misconception(
+                POLARITY_NAME,
+                implementation,
+                POLARITY_HINT,
+                fix="Fill where the mask is False: `scores.masked_fill(~mask, float('-inf'))`.",
+                symptom="With a mask, your weights go to the keys it blocks, and none to those it allows.",
+            )
+            for implementation in (
+                lambda q, k, v, mask=None: _plain(q, k, v, None if mask is None else ~mask),
+                # What PyTorch's F.scaled_dot_product_attention (and the package) give for ~mask: zeros, not NaN,
+                # for the rows the inverted mask blocks entirely.
+                lambda q, k, v, mask=None: scaled_dot_product_attention(q, k, v, None if mask is None else ~mask),
+            )
         ),
         Misconception(
             "the mask was not used",
             lambda q, k, v, mask=None: _plain(q, k, v),
-            "When a mask is given, fill the blocked scores with -inf before the softmax: "
-            "scores.masked_fill(~mask, float('-inf')).",
+            "The mask says which keys each query may see: the blocked scores must be removed before the softmax.",
+            fix="When a mask is given, fill them with -inf: `scores.masked_fill(~mask, float('-inf'))`.",
+            symptom="Your output is right in every case without a mask and wrong in every case with one.",
         ),
         Misconception(
             "blocked scores set to 0 instead of -inf",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, fill=0.0),
             "A score of 0 still gets weight exp(0) = 1 relative to the others; only -inf gives exp(-inf) = 0. "
             "(Multiplying the scores by a 0/1 mask makes the same mistake.)",
+            fix=fill,
+            symptom="Blocked keys still get weight, as much as a key whose score is 0.",
         ),
         Misconception(
-            AFTER_SOFTMAX_NAME, lambda q, k, v, mask=None: _plain(q, k, v, mask, after=True), AFTER_SOFTMAX_HINT
+            AFTER_SOFTMAX_NAME,
+            lambda q, k, v, mask=None: _plain(q, k, v, mask, after=True),
+            AFTER_SOFTMAX_HINT,
+            fix=fill,
+            symptom="Blocked keys get weight 0, but the weights of a query sum to less than 1.",
         ),
         Misconception(
             FINITE_FILL_NAME,
             None,
             FINITE_FILL_HINT,
-            # The wrapped learner returns (output, gradients...): the probe reads the output.
-            detect=lambda run: attention_blocked_key_gets_weight(lambda *args: run(*args)[0]),
+            detect=_blocked_key_gets_weight,
+            fix=fill,
+            symptom="A blocked key still takes weight when the visible keys score far below it (near -1e35).",
+            always=True,
         ),
     ]
     return compare_with_gradients(
@@ -418,5 +550,6 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
         ATTENTION_INPUTS,
         square_cases=square,
         shortcuts=("scaled_dot_product_attention", "MultiheadAttention"),
+        draw=_draw_attention,
         verbose=verbose,
     )

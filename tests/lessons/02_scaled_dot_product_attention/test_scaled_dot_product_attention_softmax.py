@@ -14,11 +14,14 @@ from mhsa_helpers.lessons.scaled_dot_product_attention import check_softmax
 
 
 def assert_named(checker, learner, name):
+    """The first attempt is told the symptom without the name; the same answer again is named."""
     result = checker(learner, verbose=False)
     assert result.status == "misconception", result.message
     assert result.misconception == name, result.message
-    assert name in result.message
-    return result
+    assert name not in result.message and result.message == result.symptom
+    again = checker(learner, verbose=False)
+    assert name in again.message
+    return again
 
 
 def test_softmax_correct_with_an_independent_stable_formula():

@@ -1,16 +1,21 @@
 """Notebook 03 lets the learner build a causal mask and causal attention and checks them like a test suite:
-right answers written in other ways pass, the buggy code the notebook hands out is named, the prediction's
-truth is what the notebook then shows, and the notebook has the exercises the series promises (a prediction,
-a debugging exercise, a last exercise that builds on notebook 02's, with hints that unfold in three steps).
+right answers written in other ways pass (renormalising after the softmax, float32 inside), the buggy code the
+notebook hands out is told it is still the original and nothing more, a fixed bug leaves the other told by its
+symptom and then named, the probes of a finite fill catch what the cases miss and never fire on a right
+answer, the prediction's truth is what the notebook then shows, and the notebook has the exercises the series
+promises (a prediction, a debugging exercise, a last exercise that builds on notebook 02's, with hints that
+unfold in three steps).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
-from notebook_cells import cells, defined_in_notebook, exercise_structure_problems, source
+import torch.nn.functional as F
+from notebook_cells import cells, defined_in_notebook, exercise_structure_problems, printed, source
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons.causal_masking import (
@@ -20,7 +25,7 @@ from mhsa_helpers.lessons.causal_masking import (
     check_masked_softmax,
 )
 from mhsa_helpers.lessons.causal_masking.exercises import first_query_keys
-from mhsa_helpers.teaching.misconceptions import POLARITY_NAME
+from mhsa_helpers.teaching.misconceptions import FINITE_FILL_NAME, POLARITY_NAME, blocked_key_gets_weight
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,23 +49,88 @@ def test_causal_attention_through_the_package_is_accepted():
     assert check_causal_attention(my_causal_attention, verbose=False).correct
 
 
-@pytest.mark.parametrize(
-    "number, name, checker, named",
-    [
-        (3, "safe_masked_softmax", check_masked_softmax, POLARITY_NAME),
-    ],
-)
-def test_the_notebooks_buggy_code_is_named(number, name, checker, named):
-    result = checker(defined_in_notebook(NOTEBOOKS[number], name), verbose=False)
-    assert result.status == "misconception" and result.misconception == named, result.message
+def test_causal_attention_renormalised_after_the_softmax_or_through_pytorch_is_accepted():
+    def renormalised(q, k, v):
+        allowed = mh.causal_mask(q.shape[-2], k.shape[-2])
+        weights = torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]), dim=-1) * allowed
+        return weights / weights.sum(dim=-1, keepdim=True) @ v
+
+    def pytorch(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mh.causal_mask(q.shape[-2], k.shape[-2]))
+
+    assert check_causal_attention(renormalised, verbose=False).correct
+    assert check_causal_attention(pytorch, verbose=False).correct
 
 
-def test_fixing_the_polarity_of_notebook_03_leaves_the_nan_named():
+def safe_masked_softmax(scores, mask):
+    scores = scores.masked_fill(~mask, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    exps = torch.exp(scores - row_max)
+    sums = exps.sum(dim=-1, keepdim=True)
+    return exps / torch.where(sums == 0, torch.ones_like(sums), sums)
+
+
+def test_a_masked_softmax_computed_in_float32_inside_is_accepted():
+    result = check_masked_softmax(lambda scores, mask: safe_masked_softmax(scores.float(), mask), verbose=False)
+    assert result.correct and "Note" not in result.message, result.message
+
+
+def test_the_notebooks_buggy_code_is_still_the_original_and_its_message_names_no_bug():
+    result = check_masked_softmax(defined_in_notebook(NOTEBOOK, "safe_masked_softmax"), verbose=False)
+    assert result.status == "original" and result.misconception is None, result.message
+    assert "still the original" in result.message
+    assert not any(word in result.message for word in ("~mask", "NaN", "polarity", "looks like", "the fix"))
+
+
+def test_fixing_the_polarity_of_notebook_03_is_told_the_nan_then_named():
     def polarity_fixed(scores, mask):
         return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
-    result = check_masked_softmax(polarity_fixed, verbose=False)
-    assert result.misconception == "a fully masked row gives NaN (softmax of a row of -inf)"
+    first = check_masked_softmax(polarity_fixed, verbose=False)
+    assert first.misconception == "a fully masked row gives NaN (softmax of a row of -inf)"
+    assert "gets a row of NaN" in first.message and "looks like" not in first.message
+    again = check_masked_softmax(polarity_fixed, verbose=False)
+    assert "looks like 'a fully masked row gives NaN" in again.message and "torch.where" in again.fix
+
+
+def test_guarding_the_nan_of_notebook_03_leaves_the_polarity_named():
+    def guarded_but_inverted(scores, mask):
+        return safe_masked_softmax(scores, ~mask)
+
+    result = check_masked_softmax(guarded_but_inverted, verbose=False)
+    assert result.misconception == POLARITY_NAME and "keys the mask blocks" in result.message
+
+
+def additive_minus_1e9(scores, mask):
+    return torch.softmax(scores + (1 - mask.to(scores.dtype)) * -1e9, dim=-1) * mask.any(-1, keepdim=True)
+
+
+def below_everything(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, scores.min() - 1e4), dim=-1) * mask.any(-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        safe_masked_softmax,
+        mh.masked_softmax_neg_inf,
+        lambda scores, mask: safe_masked_softmax(scores.float(), mask),
+        lambda scores, mask: safe_masked_softmax(scores, mask.expand(scores.shape)),
+    ],
+    ids=["guarded", "the package", "float32 inside", "mask expanded"],
+)
+def test_the_blocked_key_probe_never_fires_on_a_right_answer(answer):
+    assert not blocked_key_gets_weight(answer)
+    assert check_masked_softmax(answer, verbose=False).correct
+
+
+@pytest.mark.parametrize("answer", [additive_minus_1e9, below_everything], ids=["(1 - mask) * -1e9", "min - 1e4"])
+def test_a_fill_right_on_every_case_but_finite_is_caught_by_the_probe(answer):
+    assert blocked_key_gets_weight(answer)
+    result = check_masked_softmax(answer, verbose=False)
+    assert result.misconception == FINITE_FILL_NAME
+    assert "gives the reference's numbers on all 8 cases, but a blocked key still takes weight" in result.message
 
 
 def test_the_first_cached_query_sees_six_keys_counted_from_positions():
@@ -83,3 +153,10 @@ def test_the_last_exercise_builds_on_the_previous_notebooks_function_and_says_wh
     assert earlier in last and "paste" in last and "Colab" in last
     # the package's checked stand-in is named, and the cell runs without the learner's function
     assert "my_scaled_dot_product_attention = mh.scaled_dot_product_attention" in text
+
+
+def test_no_exercise_cell_of_the_notebook_names_a_mistake_or_states_its_fix():
+    outputs = [printed(cell) for cell in cells(NOTEBOOK) if "result = check_" in source(cell)]
+    assert any("still the original" in output for output in outputs)  # the debugging exercise, as handed out
+    for output in outputs:
+        assert not any(words in output for words in ("looks like", "the fix", "reveal()", "hint()")), output

@@ -16,11 +16,14 @@ from mhsa_helpers.teaching.misconceptions import random_mask
 
 
 def assert_named(checker, learner, name):
+    """The first attempt is told the symptom without the name; the same answer again is named."""
     result = checker(learner, verbose=False)
     assert result.status == "misconception", result.message
     assert result.misconception == name, result.message
-    assert name in result.message
-    return result
+    assert name not in result.message and result.message == result.symptom
+    again = checker(learner, verbose=False)
+    assert name in again.message
+    return again
 
 
 def test_masked_softmax_correct_with_an_explicit_guard():
@@ -76,16 +79,17 @@ def _renormalize_without_guard(scores, mask):
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
         ),
         (lambda s, m: torch.softmax(s, dim=-1) * m, "mask applied after softmax without renormalizing"),
-        (
-            lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), dim=-1),
-            "inverted mask polarity (True = blocked)",
-        ),
         (_guarded_but_inverted, "inverted mask polarity (True = blocked)"),
         (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1), "blocked scores set to 0 instead of -inf"),
     ],
 )
 def test_masked_softmax_mistakes(learner, name):
     assert_named(check_masked_softmax, learner, name)
+
+
+def test_the_handed_out_polarity_bug_is_still_the_original_however_it_is_written():
+    result = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), dim=-1), verbose=False)
+    assert result.status == "original", result.message
 
 
 def test_masked_softmax_cases_contain_fully_masked_rows():
@@ -103,3 +107,20 @@ def test_random_mask_never_blocks_or_allows_a_whole_row():
     assert mask.any(dim=-1).all() and (~mask).any(dim=-1).all()
     with pytest.raises(ValueError, match="seq_k"):
         random_mask(g, 3, 1)
+
+
+def test_an_answer_wrong_for_another_reason_is_not_told_a_probes_mistake():
+    # A softmax over the queries also gives a blocked key weight on the probes: it must not be named so.
+    def over_the_queries(scores, mask):
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-2).nan_to_num()
+
+    result = check_masked_softmax(over_the_queries, verbose=False)
+    assert result.status == "incorrect" and result.misconception is None, result.message
+
+
+def test_a_float16_answer_is_not_told_the_probe_of_scores_float16_cannot_hold():
+    def in_half_precision(scores, mask):  # -1e35 is -inf in float16: the finite-fill probes say nothing here
+        return torch.softmax(scores.half().masked_fill(~mask, float("-inf")), dim=-1)
+
+    result = check_masked_softmax(in_half_precision, verbose=False)
+    assert result.misconception == "a fully masked row gives NaN (softmax of a row of -inf)", result.message

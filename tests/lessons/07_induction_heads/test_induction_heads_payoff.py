@@ -5,10 +5,13 @@ weights, and trained from its own start it goes through the same phase change.""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from learner_modules import causal_module
 from learner_reference import MyCausalSelfAttention
+from notebook_cells import cells, source
 from torch import nn
 
 from mhsa_helpers.lessons.induction_heads import (
@@ -23,8 +26,8 @@ from mhsa_helpers.lessons.induction_heads import (
     phase_change_step,
     train_induction,
 )
-from mhsa_helpers.lessons.induction_heads.your_module import module_is_written
-from mhsa_helpers.lessons.real_model.swap import copy_gqa_weights
+from mhsa_helpers.teaching.claims import ClaimError, claim
+from mhsa_helpers.teaching.modules import copy_gqa_weights, explained, module_is_written
 
 #: The learner's run: the package's task and model, 400 steps (the package's shipped run has 320; the
 #: step of the drop depends on the random start, and the learner's module starts elsewhere).
@@ -171,3 +174,35 @@ def test_a_placeholder_is_reported_and_a_bug_is_raised(capsys):
     assert "paste your class from notebook 06" in capsys.readouterr().out
     with pytest.raises(RuntimeError):  # the learner's own bug is shown as it is, not hidden
         module_is_written(Broken)
+
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "07_induction_heads.ipynb"
+
+
+def test_the_payoff_cell_runs_its_claims_where_a_failure_is_explained():
+    cell = next(source(c) for c in cells(NOTEBOOK) if c.get("id") == "h22c-07-run")
+    lines = cell.splitlines()
+    assert lines[0] == "if module_is_written(MyCausalSelfAttention):"
+    assert lines[1].startswith("    with explained(MyCausalSelfAttention):")
+    assert all(line.startswith("        ") for line in lines[2:] if line.strip())
+
+
+@pytest.mark.parametrize(
+    ("slips", "cause"),
+    [
+        ({"half_split": True}, "'rotating pairs half-split instead of interleaved'"),
+        ({"positions": "zero"}, "'positions not offset by the cache'"),
+        ({"mask_top_left": True}, "'mask not offset by the cache'"),
+        ({"fast_path_without_mask": True}, "'need_weights=True takes another path'"),
+        ({"weights_dropped": True}, "'need_weights=True ignored'"),
+    ],
+)
+def test_a_wrong_module_trained_as_the_payoff_cell_does_is_told_its_cause(slips, cause, capsys):
+    """The payoff cell's first steps on a learner's wrong module: a short run, then a claim about it. Whether the
+    training itself fails (need_weights ignored) or a claim does, the cell says the cause in one line."""
+    wrong = causal_module(**slips)
+    with pytest.raises((ClaimError, ValueError)), explained(wrong):
+        run = train_induction(InductionConfig(steps=3), seed=0, device="cpu", attention=wrong)
+        claim("and learns to copy (10-step mean below 1.0)", phase_change_step(run.induction_loss) is not None)
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("The cause") and cause in printed[-1] and "notebook 06, exercise 3" in printed[-1]

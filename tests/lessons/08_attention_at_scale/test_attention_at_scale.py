@@ -1,9 +1,7 @@
-"""Notebook 08's lesson pieces: the checkers accept right answers and name each mistake, the
-explorers draw what the core computes, the diagrams show the tiles and the head groups."""
+"""Notebook 08's lesson pieces: the explorers draw what the core computes, the diagrams show the tiles and
+the head groups (the checkers: ``test_attention_at_scale_checkers.py``)."""
 
 from __future__ import annotations
-
-import math
 
 import matplotlib
 
@@ -15,95 +13,12 @@ import torch
 from mhsa_helpers.kv_cache_memory import kv_cache_bytes_for
 from mhsa_helpers.lessons.attention_at_scale import (
     cache_explorer,
-    check_expand_kv,
-    check_kv_cache_bytes,
-    check_online_attention,
-    check_online_update,
     head_groups_diagram,
     kv_heads_explorer,
     tiles_diagram,
     tiles_explorer,
 )
 from mhsa_helpers.tiled_attention import tile_kinds
-
-
-def update(m, norm, o, s, v, *, rescale_norm=True, rescale_out=True, factor_sign=1):
-    new = torch.maximum(m, s.amax(-1, keepdim=True))
-    r = torch.exp(factor_sign * (m - new))
-    w = torch.exp(s - new)
-    return new, (norm * r if rescale_norm else norm) + w.sum(-1, keepdim=True), (o * r if rescale_out else o) + w @ v
-
-
-def test_online_update_checker():
-    assert check_online_update(update, verbose=False).correct
-    named = {
-        "the running sums are not rescaled when the maximum grows": dict(rescale_norm=False, rescale_out=False),
-        "the output is rescaled but not the normaliser": dict(rescale_norm=False),
-        "the normaliser is rescaled but not the output": dict(rescale_out=False),
-        "the rescale factor is upside down": dict(factor_sign=-1),
-    }
-    for name, options in named.items():
-        result = check_online_update(lambda *a, o=options: update(*a, **o), verbose=False)
-        assert result.misconception == name, result.message
-
-
-def online(s, v, t, *, start=-math.inf, divide=True):
-    m = torch.full((s.shape[0], 1), start, dtype=s.dtype)
-    norm, o = torch.zeros_like(m), torch.zeros(s.shape[0], v.shape[1], dtype=s.dtype)
-    for a in range(0, s.shape[1], t):
-        m, norm, o = update(m, norm, o, s[:, a : a + t], v[a : a + t])
-    return o / norm if divide else o
-
-
-def test_online_attention_checker():
-    assert check_online_attention(online, verbose=False).correct
-    assert (
-        check_online_attention(lambda s, v, t: online(s, v, t, start=0.0), verbose=False).misconception
-        == "the running maximum starts at 0 instead of -inf"
-    )
-    assert (
-        check_online_attention(lambda s, v, t: online(s, v, t, divide=False), verbose=False).misconception
-        == "the output is not divided by the normaliser at the end"
-    )
-    # Each tile's own softmax, averaged: wrong, and rejected.
-    assert not check_online_attention(
-        lambda s, v, t: (
-            sum(torch.softmax(s[:, a : a + t], -1) @ v[a : a + t] for a in range(0, s.shape[1], t))
-            / math.ceil(s.shape[1] / t)
-        ),
-        verbose=False,
-    ).correct
-
-
-def test_expand_kv_checker():
-    assert check_expand_kv(lambda x, g: x.repeat_interleave(g, dim=1), verbose=False).correct
-    assert check_expand_kv(lambda x, g: x.repeat(1, g, 1, 1), verbose=False).misconception == (
-        "heads tiled with repeat instead of repeat_interleave"
-    )
-    for dim in (0, 2):
-        result = check_expand_kv(lambda x, g, d=dim: x.repeat_interleave(g, dim=d), verbose=False)
-        assert result.misconception == "repeated along the wrong axis"
-    # expand + reshape is another correct way.
-    assert check_expand_kv(
-        lambda x, g: x[:, :, None].expand(-1, -1, g, -1, -1).reshape(x.shape[0], -1, *x.shape[2:]), verbose=False
-    ).correct
-
-
-def test_kv_cache_bytes_checker():
-    def right(n, h, kv, d, t, b, e):
-        return 2 * n * kv * d * t * b * e
-
-    assert check_kv_cache_bytes(right, verbose=False).correct
-    assert check_kv_cache_bytes(lambda *a: float(right(*a)), verbose=False).correct
-    assert check_kv_cache_bytes(lambda *a: right(*a) // 2, verbose=False).misconception == (
-        "forgot the factor 2 (keys and values)"
-    )
-    assert check_kv_cache_bytes(
-        lambda n, h, kv, d, t, b, e: right(n, h, h, d, t, b, e), verbose=False
-    ).misconception == ("counted the query heads instead of the key/value heads")
-    assert not check_kv_cache_bytes(lambda *a: str(right(*a)), verbose=False).correct
-    with pytest.raises(TypeError, match="learner must be a function"):
-        check_kv_cache_bytes(42)
 
 
 def test_tiles_explorer_follows_the_core():

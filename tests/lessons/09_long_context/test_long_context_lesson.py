@@ -1,5 +1,5 @@
 """Notebook 09's lesson pieces: the experiments on notebook 07's model, how far stacked windows
-reach, the checkers (right answers accepted, each mistake named), the explorers and the diagram."""
+reach, the explorers and the diagram (the checkers: ``test_long_context_checkers.py``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ import torch
 
 from mhsa_helpers.lessons.long_context import (
     TRAINED_LENGTH,
-    check_alibi_bias,
-    check_ntk_frequencies,
-    check_window_mask,
     long_batch,
     position_losses,
     split_losses_with_mask,
@@ -24,7 +21,7 @@ from mhsa_helpers.lessons.long_context import (
     window_reach,
 )
 from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
-from mhsa_helpers.long_context import RopeScaling, alibi_slopes, sliding_window_mask
+from mhsa_helpers.long_context import RopeScaling, sliding_window_mask
 
 # ---------------------------------------------------------------- experiments
 
@@ -73,63 +70,6 @@ def test_stacked_windows_reach_layers_times_window_minus_one(window, layers):
     for i in range(30):
         for j in range(30):
             assert bool(reach[i, j]) == (0 <= i - j <= layers * (window - 1))
-
-
-# ---------------------------------------------------------------- checkers
-
-
-def test_window_checker():
-    def right(n, w):
-        behind = torch.arange(n)[:, None] - torch.arange(n)[None, :]
-        return (behind >= 0) & (behind < w)
-
-    assert check_window_mask(right, verbose=False).correct
-    wrong = {
-        "off by one: the window holds window + 1 keys": lambda n, w: right(n, w + 1),
-        "off by one: the query cannot see itself": lambda n, w: right(n, w + 1) & ~torch.eye(n, dtype=torch.bool),
-        "forgot causality: the window reaches into the future": lambda n, w: right(n, w) | right(n, w).T,
-        "mask polarity inverted (True = blocked)": lambda n, w: ~right(n, w),
-    }
-    for name, function in wrong.items():
-        assert check_window_mask(function, verbose=False).misconception == name
-    assert not check_window_mask(lambda n, w: right(n, w).int(), verbose=False).correct
-
-
-def test_alibi_checker_accepts_any_values_above_the_diagonal():
-    def right(h, n, future=0.0):
-        distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).float()
-        bias = -alibi_slopes(h)[:, None, None] * distance
-        return bias.masked_fill(distance < 0, future)
-
-    assert check_alibi_bias(right, verbose=False).correct
-    assert check_alibi_bias(lambda h, n: right(h, n, float("-inf")), verbose=False).correct
-    slopes = {
-        "wrong sign: distant keys are favoured": lambda h, n: -right(h, n),
-        "slopes start at 1 (2^(-8h/n) from h = 0)": lambda h, n: right(h, n) * 2.0 ** (8 / h),
-    }
-    for name, function in slopes.items():
-        assert check_alibi_bias(function, verbose=False).misconception == name
-
-    def per_position(h, n):
-        return -alibi_slopes(h) * (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().float()
-
-    result = check_alibi_bias(per_position, verbose=False)
-    assert result.misconception == "slopes per position instead of per head"
-
-
-def test_ntk_checker():
-    def frequencies(d, base):
-        return base ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
-
-    assert check_ntk_frequencies(lambda d, b, s: frequencies(d, b * s ** (d / (d - 2))), verbose=False).correct
-    wrong = {
-        "base scaled by the factor itself": lambda d, b, s: frequencies(d, b * s),
-        "every frequency divided by the factor (that is position interpolation)": lambda d, b, s: frequencies(d, b) / s,
-        "exponent upside down: factor^((d-2)/d)": lambda d, b, s: frequencies(d, b * s ** ((d - 2) / d)),
-    }
-    for name, function in wrong.items():
-        assert check_ntk_frequencies(function, verbose=False).misconception == name
-    assert not check_ntk_frequencies(lambda d, b, s: frequencies(d, b), verbose=False).correct
 
 
 # ---------------------------------------------------------------- explorers and diagram

@@ -1,5 +1,5 @@
-"""Notebook 10's pieces: every bug of the zoo does damage and its fix is the right computation;
-the checkers accept the right answers, name each mistake and reject other wrong ones."""
+"""Notebook 10's pieces: every bug of the zoo does damage and its fix is the right computation; the explorer
+and the map draw them (the checkers: test_mistakes_that_circulate_checkers.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ from mhsa_helpers.lessons.mistakes_that_circulate import (
     bug,
     bug_names,
     bug_zoo_explorer,
-    check_decode_mask,
-    check_masked_weights,
 )
 from mhsa_helpers.lessons.mistakes_that_circulate.diagrams import MISTAKE_SITES, mistake_map_diagram
 
@@ -81,87 +79,6 @@ def test_bug_lookup_names_a_bad_name():
     assert bug_names()[0] == BUGS[0].name and len(bug_names()) == len(BUGS) == 8
     with pytest.raises(ValueError, match="name must be one of"):
         bug("off by one")
-
-
-# ---------------------------------------------------------------- checkers
-
-
-def right_weights(scores, allowed):
-    return softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-
-
-MASKED_WEIGHTS_MISTAKES = {
-    "mask added after the softmax": lambda s, a: softmax(s, dim=-1) + torch.zeros_like(s).masked_fill(~a, -math.inf),
-    "weights zeroed after the softmax, not renormalised": lambda s, a: softmax(s, dim=-1) * a,
-    "mask polarity inverted (True read as blocked)": lambda s, a: softmax(s.masked_fill(a, -math.inf), dim=-1),
-    "blocked scores set to 0 instead of -inf": lambda s, a: softmax(s.masked_fill(~a, 0.0), dim=-1),
-    "blocked scores pushed down by adding -10000": lambda s, a: softmax(s - 10_000.0 * (~a), dim=-1),
-    "softmax over the wrong dimension": lambda s, a: torch.softmax(s.masked_fill(~a, -math.inf), dim=-2),
-}
-
-
-def test_masked_weights_accepts_right_answers_written_differently():
-    assert check_masked_weights(right_weights, verbose=False).correct
-    # A finite fill far below every score is as good as -inf here, and renormalising the zeroed weights too.
-    assert check_masked_weights(lambda s, a: torch.softmax(s.masked_fill(~a, -1e30), dim=-1), verbose=False).correct
-
-    def renormalised(s, a):
-        w = torch.softmax(s, dim=-1) * a
-        return w / w.sum(-1, keepdim=True)
-
-    # exp overflows nowhere here (softmax subtracts the max), but the -24000 row underflows to 0/0:
-    result = check_masked_weights(renormalised, verbose=False)
-    assert not result.correct
-
-
-@pytest.mark.parametrize("name", list(MASKED_WEIGHTS_MISTAKES))
-def test_masked_weights_names_each_mistake(name):
-    result = check_masked_weights(MASKED_WEIGHTS_MISTAKES[name], verbose=False)
-    assert result.status == "misconception" and result.misconception == name
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda s, a: softmax(s - 1_000.0 * (~a), dim=-1),  # a smaller additive mask
-        lambda s, a: torch.exp(s.masked_fill(~a, -math.inf)) / torch.exp(s).sum(-1, keepdim=True),
-        lambda s, a: softmax(s, dim=-1),  # no mask at all
-        lambda s, a: softmax(s * a, dim=-1),
-        lambda s, a: a.to(s.dtype) / a.sum(-1, keepdim=True),  # uniform over the allowed keys
-    ],
-)
-def test_masked_weights_rejects_other_wrong_answers(wrong):
-    # (multiplying the scores by the mask is named as setting them to 0: it is the same computation)
-    assert not check_masked_weights(wrong, verbose=False).correct
-
-
-def right_decode_mask(past_len, new_len):
-    return torch.ones(new_len, past_len + new_len, dtype=torch.bool).tril(diagonal=past_len)
-
-
-DECODE_MASK_MISTAKES = {
-    "causal mask aligned top-left": lambda p, n: torch.ones(n, p + n, dtype=torch.bool).tril(),
-    "mask polarity inverted (True = blocked)": lambda p, n: torch.ones(n, p + n, dtype=torch.bool).triu(p + 1),
-    "the query cannot see itself": lambda p, n: torch.ones(n, p + n, dtype=torch.bool).tril(p - 1),
-    "off by one: the query sees the next token": lambda p, n: torch.ones(n, p + n, dtype=torch.bool).tril(p + 1),
-    "a mask over the new tokens only": lambda p, n: torch.ones(n, n, dtype=torch.bool).tril(),
-    "0/1 numbers instead of booleans": lambda p, n: torch.ones(n, p + n).tril(p),
-}
-
-
-def test_decode_mask_accepts_the_right_mask():
-    assert check_decode_mask(right_decode_mask, verbose=False).correct
-    assert check_decode_mask(lambda p, n: causal_mask(n, p + n), verbose=False).correct
-
-
-@pytest.mark.parametrize("name", list(DECODE_MASK_MISTAKES))
-def test_decode_mask_names_each_mistake(name):
-    result = check_decode_mask(DECODE_MASK_MISTAKES[name], verbose=False)
-    assert result.status == "misconception" and result.misconception == name
-
-
-def test_decode_mask_rejects_a_mask_that_ignores_the_cache_length():
-    assert not check_decode_mask(lambda p, n: torch.ones(n, p + n, dtype=torch.bool), verbose=False).correct
 
 
 # ---------------------------------------------------------------- explorer and diagram

@@ -1,6 +1,8 @@
 """Notebook 11's teaching pieces on the real model: the ablation hooks zero exactly the chosen heads
-and always go away, the checkers accept right answers and name wrong ones, the explorer draws the
-model's own weights, the schematic draws the loaded configuration's numbers, the maps draw what they get.
+and always go away, the checkers accept right answers however written and tell wrong ones what differs, then
+(on a repeat) their name, the code handed out is told only that it is unchanged, a prediction learns its value
+only when right or after a few tries, the explorer draws the model's own weights, the schematic draws the
+loaded configuration's numbers, the maps draw what they get.
 
 The model (540 MB of float32 weights, a few seconds to read) is loaded once for the module.
 """
@@ -11,14 +13,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from notebook_cells import cells, defined_in_notebook, printed, source
 
 pytest.importorskip("gguf", reason="the real model needs the 'model' extra")
 
-from mhsa_helpers.lessons.induction_heads import previous_token_score
+from mhsa_helpers.lessons.induction_heads import induction_score, previous_token_score
 from mhsa_helpers.lessons.real_model import (
     PREDICTION_HEADS,
     PRESET_SENTENCES,
@@ -39,7 +44,17 @@ from mhsa_helpers.lessons.real_model import (
     real_model_diagram,
     top_heads,
 )
+from mhsa_helpers.lessons.real_model.exercises import (
+    COPY_MISCONCEPTIONS,
+    INDUCTION_MISCONCEPTIONS,
+    PREDICTION_MISCONCEPTIONS,
+    SINK_MISCONCEPTIONS,
+    handed_out_copy_loss,
+)
+from mhsa_helpers.teaching.checking import STATE_CHANGED
 from mhsa_helpers.teaching.explorer import open_explorers
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "11_real_model.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +173,35 @@ def test_zeroing_the_induction_heads_breaks_copying_and_random_heads_do_not(mode
 # ---------------------------------------------------------------- checkers
 
 
+def told_then_named(checker, answer, name, misconceptions):
+    """The first attempt gets the symptom (no name, no idea, no fix), the same answer again the name and the
+    idea; the fix only in ``result.fix``. Returns the first result."""
+    first = checker(answer, verbose=False)
+    assert first.status == "misconception" and first.misconception == name, first.message
+    assert first.message == first.symptom and name not in first.message
+    again = checker(answer, verbose=False)
+    assert again.message == again.diagnosis and name in again.message
+    for m in (m for m in misconceptions if m.name == name):
+        assert m.hint not in first.message and (not m.fix or m.fix not in first.message + again.message)
+    assert any(m.hint in again.diagnosis and m.fix in again.fix for m in misconceptions if m.name == name)
+    return first
+
+
+def changes_a_setting(right, change):
+    def answer(*args):
+        change()
+        return right(*args)
+
+    return answer
+
+
+SETTINGS = {
+    "grad": (lambda: torch.set_grad_enabled(False), "turned gradients off"),
+    "dtype": (lambda: torch.set_default_dtype(torch.float64), "changed the default dtype"),
+    "seed": (lambda: torch.manual_seed(1234), "global random generator"),
+}
+
+
 def random_causal(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)
     seq = shape[-1]
@@ -170,33 +214,12 @@ def right_induction(weights, repeat_len):
     return weights[:, :, q, q - repeat_len + 1].mean(dim=(0, 2))
 
 
-def test_induction_score_checker_agrees_with_notebook_07s_score():
-    # The learner's answer written independently, with a loop, against the checker.
-    def looped(weights, n):
-        total = torch.zeros(weights.shape[1], dtype=weights.dtype)
-        for b in range(weights.shape[0]):
-            for t in range(1 + n, 1 + 2 * n):
-                total += weights[b, :, t, t - n + 1]
-        return total / (weights.shape[0] * n)
-
-    assert check_head_induction_score(looped, verbose=False).correct
-    assert check_head_induction_score(right_induction, verbose=False).correct
-
-
-@pytest.mark.parametrize(
-    ("wrong", "named"),
-    [
-        (lambda w, n: _key(w, n, 0), "off-by-one diagonal: the earlier"),
-        (lambda w, n: _key(w, n, 2), "two after the earlier occurrence"),
-        (lambda w, n: _key(w, n, 1, range(n - 1, 1 + 2 * n)), "included the first copy"),
-        (lambda w, n: _key(w, n, 1, range(1 + n, 2 * n)), "left out the last token"),
-        (lambda w, n: _key(w, n, n - 1), "previous-token pattern"),
-    ],
-)
-def test_induction_score_checker_names_the_mistake(wrong, named):
-    result = check_head_induction_score(wrong, verbose=False)
-    assert not result.correct
-    assert named in result.misconception
+def looped_induction(weights, n):
+    total = torch.zeros(weights.shape[1], dtype=weights.dtype)
+    for b in range(weights.shape[0]):
+        for t in range(1 + n, 1 + 2 * n):
+            total += weights[b, :, t, t - n + 1]
+    return total / (weights.shape[0] * n)
 
 
 def _key(weights, n, shift, queries=None):
@@ -205,30 +228,150 @@ def _key(weights, n, shift, queries=None):
     return torch.stack(picked, -1).mean(dim=(0, 2))
 
 
-def test_induction_score_checker_rejects_an_average_over_heads_and_a_constant():
-    over_heads = check_head_induction_score(
+def from_query(start):
+    def answer(weights, n):
+        q = torch.arange(start(n), 1 + 2 * n)
+        return weights[:, :, q, q - n + 1].mean(dim=(0, 2))  # a negative key wraps round to the end
+
+    return answer
+
+
+RIGHT_INDUCTION = {
+    "vectorised": right_induction,
+    "looped": looped_induction,
+    "computed in float32": lambda w, n: right_induction(w.float(), n),
+}
+INDUCTION_MISTAKES = [
+    ("key t - n", lambda w, n: _key(w, n, 0), "off-by-one diagonal: the earlier occurrence itself"),
+    ("key t - n + 2", lambda w, n: _key(w, n, 2), "off-by-one diagonal: two after the earlier occurrence"),
+    ("key t - 1", lambda w, n: _key(w, n, n - 1), "previous-token pattern instead"),
+    ("queries from n - 1", lambda w, n: _key(w, n, 1, range(n - 1, 1 + 2 * n)), "included the first copy"),
+    ("queries from 1", from_query(lambda n: 1), "included the first copy"),
+    ("queries from n", from_query(lambda n: n), "included the first copy"),
+    ("without the last query", lambda w, n: _key(w, n, 1, range(1 + n, 2 * n)), "left out the last token of the copy"),
+    (
+        "mean over the heads",
         lambda w, n: torch.stack([w[:, :, t, t - n + 1] for t in range(1 + n, 1 + 2 * n)], -1).mean(dim=(1, 2)),
-        verbose=False,
-    )
-    assert over_heads.misconception == "averaged over the heads, not the batch"
+        "averaged over the heads, not the batch",
+    ),
+]
+
+
+@pytest.mark.parametrize("answer", RIGHT_INDUCTION.values(), ids=RIGHT_INDUCTION)
+def test_induction_score_checker_accepts_right_answers(answer):
+    result = check_head_induction_score(answer, verbose=False)
+    assert result.correct and "Note" not in result.message, result.message
+    assert "4 drawn at random" in result.message
+    assert not any(m.detect(answer) for m in INDUCTION_MISCONCEPTIONS if m.always)
+
+
+@pytest.mark.parametrize(("label", "answer", "named"), INDUCTION_MISTAKES, ids=[m[0] for m in INDUCTION_MISTAKES])
+def test_induction_score_checker_tells_then_names_the_mistake(label, answer, named):
+    told_then_named(check_head_induction_score, answer, named, INDUCTION_MISCONCEPTIONS)
+
+
+def test_induction_score_checker_rejects_a_constant_fitted_shapes_and_float64():
     constant = check_head_induction_score(lambda w, n: torch.full((w.shape[1],), 0.5, dtype=w.dtype), verbose=False)
     assert constant.status == "incorrect"
 
+    def fitted(weights, n):  # right for the teaching cases' heads only
+        return right_induction(weights, n) if weights.shape[1] in (3, 4, 5) else _key(weights, n, 0)
 
-def test_sink_checker_accepts_the_right_answer_and_names_each_mistake():
-    assert check_sink_heads(lambda w, c: w[..., 1:, 0].mean(-1) > c, verbose=False).correct
-    wrong = {
-        "counted query 0": lambda w, c: w[..., 0].mean(-1) > c,
-        "read row 0 instead of column 0": lambda w, c: w[..., 0, :].mean(-1) > c,
-        "took the largest weight, not the mean": lambda w, c: w[..., 1:, 0].max(-1).values > c,
-        "returned the weights, not a mask": lambda w, c: w[..., 1:, 0].mean(-1),
-        "comparison the wrong way round": lambda w, c: w[..., 1:, 0].mean(-1) <= c,
-    }
-    for name, answer in wrong.items():
-        result = check_sink_heads(answer, verbose=False)
-        assert result.misconception == name, (name, result.message)
-    # A 0/1 float mask with the right values is still not a bool mask.
-    assert not check_sink_heads(lambda w, c: (w[..., 1:, 0].mean(-1) > c).float(), verbose=False).correct
+    result = check_head_induction_score(fitted, verbose=False)
+    assert not result.correct and "a case drawn at random for your code" in result.message
+    assert result.case.args[0].shape[1] not in (3, 4, 5)
+
+    def float64_total(weights, n):
+        return looped_induction(weights.double(), n)
+
+    result = check_head_induction_score(float64_total, verbose=False)
+    assert "returned dtype torch.float64 for torch.float32 inputs" in result.message
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_induction_score_checker_names_a_changed_global_setting(setting):
+    change, said = SETTINGS[setting]
+    result = check_head_induction_score(changes_a_setting(right_induction, change), verbose=False)
+    assert result.misconception == STATE_CHANGED and said in result.message
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+
+def test_induction_score_checker_draws_batches_odd_head_counts_and_other_lengths():
+    seen = []
+    check_head_induction_score(
+        lambda w, n: seen.append((tuple(w.shape), n, w.dtype)) or right_induction(w, n), verbose=False
+    )
+    drawn = seen[3:7]
+    assert all(batch > 1 and heads % 2 == 1 and n not in (3, 4, 6) for (batch, heads, _, _), n, _ in drawn)
+    assert torch.float32 in {dtype for *_, dtype in drawn}
+
+
+def test_induction_score_checker_agrees_with_notebook_07s_score():
+    weights = random_causal(2, 3, 9, 9)
+    torch.testing.assert_close(
+        right_induction(weights, 4), induction_score(weights, random_repeated_batch(2, 4, vocab_size=2000))
+    )
+
+
+RIGHT_SINK = {
+    "mean over queries 1 on": lambda w, c: w[..., 1:, 0].mean(-1) > c,
+    "computed in float32": lambda w, c: w.float()[..., 1:, 0].mean(-1) > c,
+    "a loop": lambda w, c: torch.stack([w[..., t, 0] for t in range(1, w.shape[-1])], -1).mean(-1) > c,
+}
+SINK_MISTAKES = {
+    "counted query 0": lambda w, c: w[..., 0].mean(-1) > c,
+    "read row 0 instead of column 0": lambda w, c: w[..., 0, :].mean(-1) > c,
+    "took the largest weight, not the mean": lambda w, c: w[..., 1:, 0].max(-1).values > c,
+    "returned the weights, not a mask": lambda w, c: w[..., 1:, 0].mean(-1),
+    "0/1 numbers instead of booleans": lambda w, c: (w[..., 1:, 0].mean(-1) > c).float(),
+    "comparison the wrong way round": lambda w, c: w[..., 1:, 0].mean(-1) <= c,
+}
+
+
+@pytest.mark.parametrize("answer", RIGHT_SINK.values(), ids=RIGHT_SINK)
+def test_sink_checker_accepts_right_answers(answer):
+    result = check_sink_heads(answer, verbose=False)
+    assert result.correct and "Note" not in result.message, result.message
+
+
+@pytest.mark.parametrize("named", SINK_MISTAKES)
+def test_sink_checker_tells_then_names_each_mistake(named):
+    told_then_named(check_sink_heads, SINK_MISTAKES[named], named, SINK_MISCONCEPTIONS)
+
+
+def test_every_sink_misconception_is_met_by_a_mistake_above():
+    assert set(SINK_MISTAKES) == {m.name for m in SINK_MISCONCEPTIONS}
+
+
+def test_sink_checker_names_int_masks_and_rejects_fitted_answers():
+    result = check_sink_heads(lambda w, c: (w[..., 1:, 0].mean(-1) > c).long(), verbose=False)
+    assert result.misconception == "0/1 numbers instead of booleans"
+
+    def fitted(weights, threshold):  # right on the teaching thresholds only
+        return weights[..., 1:, 0].mean(-1) > (threshold if threshold in (0.4, 0.5, 0.6) else 0.5)
+
+    result = check_sink_heads(fitted, verbose=False)
+    assert not result.correct and "a case drawn at random for your code" in result.message
+
+
+def test_sink_symptoms_are_true_of_the_numbers():
+    counted = check_sink_heads(SINK_MISTAKES["counted query 0"], verbose=False)
+    assert bool((counted.got & ~counted.expected).any()) and not bool((~counted.got & counted.expected).any())
+    row = check_sink_heads(SINK_MISTAKES["read row 0 instead of column 0"], verbose=False)
+    assert bool((row.got == row.got.flatten()[0]).all())
+    largest = check_sink_heads(SINK_MISTAKES["took the largest weight, not the mean"], verbose=False)
+    assert bool((largest.got >= largest.expected).all()) and largest.got.sum() > largest.expected.sum()
+
+
+def test_sink_checker_draws_thresholds_that_split_the_heads_far_from_every_mean():
+    seen = []
+    check_sink_heads(lambda w, c: seen.append((w, c)) or w[..., 1:, 0].mean(-1) > c, verbose=False)
+    assert len(seen) == 7
+    for weights, threshold in seen[3:]:
+        means = weights.detach()[..., 1:, 0].mean(-1)
+        assert bool((means > threshold).any() and (means < threshold).any())
+        assert float((means - threshold).abs().min()) > 1e-3  # float32 rounding flips no comparison
+        assert weights.shape[1] % 2 == 1
 
 
 def test_sink_checker_on_a_real_layer_stack(model, tokenizer):
@@ -245,22 +388,85 @@ def copy_reference(logits, tokens, n):
     return F.cross_entropy(flat, tokens[:, n + 2 : 2 * n + 1].reshape(-1))
 
 
-def test_copy_loss_checker_accepts_the_right_answer_and_names_each_mistake():
-    assert check_copy_loss(copy_reference, verbose=False).correct
+def loss(logits, tokens, start, stop, shift=1):
+    return F.cross_entropy(logits[:, start:stop].transpose(1, 2), tokens[:, start + shift : stop + shift])
 
-    def loss(logits, tokens, start, stop, shift=1):
-        return F.cross_entropy(logits[:, start:stop].transpose(1, 2), tokens[:, start + shift : stop + shift])
 
-    wrong = {
-        "no shift: each position scored on its own token": lambda x, y, n: loss(x, y, n + 1, 2 * n + 1, 0),
-        "included the first token of the second copy": lambda x, y, n: loss(x, y, n, 2 * n),
-        "scored the first copy": lambda x, y, n: loss(x, y, 1, n),
-        "scored the whole sequence": lambda x, y, n: loss(x, y, 0, 2 * n),
-    }
-    for name, answer in wrong.items():
-        assert check_copy_loss(answer, verbose=False).misconception == name
-    summed = check_copy_loss(lambda x, y, n: copy_reference(x, y, n) * (n - 1), verbose=False)
-    assert summed.status == "incorrect"
+COPY_MISTAKES = [
+    (
+        "own tokens, second copy",
+        lambda x, y, n: loss(x, y, n + 2, 2 * n + 1, 0),
+        "no shift: each position scored on its own token",
+    ),
+    (
+        "own tokens, right positions",
+        lambda x, y, n: loss(x, y, n + 1, 2 * n, 0),
+        "no shift: each position scored on its own token",
+    ),
+    ("from position n", lambda x, y, n: loss(x, y, n, 2 * n), "included the first token of the second copy"),
+    ("the first copy", lambda x, y, n: loss(x, y, 1, n), "scored the first copy"),
+    ("every position", lambda x, y, n: loss(x, y, 0, 2 * n), "scored the whole sequence"),
+    ("without the last", lambda x, y, n: loss(x, y, n + 1, 2 * n - 1), "left out the last token of the copy"),
+    (
+        "summed",
+        lambda x, y, n: F.cross_entropy(x[:, n + 1 : 2 * n].transpose(1, 2), y[:, n + 2 : 2 * n + 1], reduction="sum"),
+        "summed, not averaged",
+    ),
+]
+
+
+def test_copy_loss_checker_accepts_right_answers():
+    for answer in (copy_reference, lambda x, y, n: loss(x.float(), y, n + 1, 2 * n)):
+        result = check_copy_loss(answer, verbose=False)
+        assert result.correct and "Note" not in result.message, result.message
+
+
+@pytest.mark.parametrize(("label", "answer", "named"), COPY_MISTAKES, ids=[m[0] for m in COPY_MISTAKES])
+def test_copy_loss_checker_tells_then_names_each_mistake(label, answer, named):
+    told_then_named(check_copy_loss, answer, named, COPY_MISCONCEPTIONS)
+
+
+def test_every_copy_misconception_is_met_by_a_mistake_above():
+    assert {named for *_, named in COPY_MISTAKES} == {m.name for m in COPY_MISCONCEPTIONS}
+
+
+def test_the_code_handed_out_is_told_it_is_still_the_original_and_nothing_more():
+    handed_out = defined_in_notebook(NOTEBOOK, "my_copy_loss")
+    for answer in (handed_out, handed_out_copy_loss):
+        result = check_copy_loss(answer, verbose=False)
+        assert result.status == "original" and not result.misconception
+        assert "shift" not in result.message and "t + 1" not in result.message
+    # A copy of it that only renames and reformats is the original too.
+    assert (
+        check_copy_loss(lambda a, b, r: F.cross_entropy(a[:, r + 1 :].mT, b[:, r + 1 :]), verbose=False).status
+        == "original"
+    )
+
+
+def test_copy_loss_checker_rejects_a_scaled_loss_and_a_loss_fitted_to_the_teaching_lengths():
+    scaled = check_copy_loss(lambda x, y, n: copy_reference(x, y, n) * (n - 1), verbose=False)
+    assert scaled.status == "incorrect"
+
+    def fitted(logits, tokens, n):
+        return copy_reference(logits, tokens, n) if n in (4, 5, 6) else handed_out_copy_loss(logits, tokens, n)
+
+    result = check_copy_loss(fitted, verbose=False)
+    assert not result.correct and "a case drawn at random for your code" in result.message
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_copy_loss_checker_names_a_changed_global_setting(setting):
+    change, said = SETTINGS[setting]
+    result = check_copy_loss(changes_a_setting(copy_reference, change), verbose=False)
+    assert result.misconception == STATE_CHANGED and said in result.message
+
+
+def test_copy_loss_draws_are_small_batches_of_other_lengths():
+    seen = []
+    check_copy_loss(lambda x, y, n: seen.append((tuple(x.shape), n)) or copy_reference(x, y, n), verbose=False)
+    drawn = seen[3:7]
+    assert all(n in (3, 7, 8) and vocab <= 19 for (_, _, vocab), n in drawn)
+    assert any(batch > 1 for (batch, _, _), _ in drawn)
 
 
 def test_the_copy_loss_checker_measures_what_copy_loss_measures(model):
@@ -268,6 +474,16 @@ def test_the_copy_loss_checker_measures_what_copy_loss_measures(model):
     with torch.no_grad():
         logits = model(data.tokens)
     assert float(copy_reference(logits, data.tokens, 8)) == pytest.approx(copy_loss(model, data), rel=1e-4)
+
+
+def test_no_exercise_cell_of_the_notebook_names_a_mistake_or_states_its_fix():
+    every = INDUCTION_MISCONCEPTIONS + SINK_MISCONCEPTIONS + COPY_MISCONCEPTIONS + PREDICTION_MISCONCEPTIONS
+    texts = [m.name for m in every] + [m.fix for m in every if m.fix] + ["Measured", "The value is"]
+    exercise_cells = [c for c in cells(NOTEBOOK) if "result = check_" in source(c)]
+    assert len(exercise_cells) == 4
+    said = [printed(c) for c in exercise_cells]
+    assert sum("not attempted yet" in s for s in said) == 3 and sum("still the original" in s for s in said) == 1
+    assert not [t for t in texts for s in said if t in s]
 
 
 def test_prediction_checker_measures_single_head_ablations(model):
@@ -282,11 +498,19 @@ def test_prediction_checker_measures_single_head_ablations(model):
     # Not every head that scores high is needed: the exercise has both answers.
     assert any(truth) and not all(truth)
     answer = torch.tensor(truth)
-    result = check_ablation_prediction(lambda: answer, verbose=False)
-    assert result.correct and "Measured rises (nats): L16H0" in result.message
-    flipped = check_ablation_prediction(lambda: ~answer, verbose=False)
-    assert not flipped.correct
+    for given in (lambda: answer, answer):  # the function, or the value itself
+        result = check_ablation_prediction(given, verbose=False)
+        assert result.correct and "Measured rises of the loss (nats), each head zeroed alone: L16H0" in result.message
     assert check_ablation_prediction(lambda: answer.long(), verbose=False).status == "incorrect"
+
+
+def test_a_wrong_prediction_is_told_how_many_answers_are_wrong_and_the_value_only_later(model):
+    flipped = torch.tensor([True, True, False, True])  # one wrong, no belief behind it
+    results = [check_ablation_prediction(lambda: flipped, verbose=False) for _ in range(3)]
+    assert results[0].status == "incorrect" and "1 of your 4 answers is wrong" in results[0].message
+    assert all("Measured" not in r.message and "The value is" not in r.message for r in results[:2])
+    assert "The value is [True, True, False, False]" in results[2].message  # after three tries
+    assert "measured rises" in results[0].fix  # and at once on result.reveal()
 
 
 @pytest.mark.parametrize(
@@ -298,17 +522,23 @@ def test_prediction_checker_measures_single_head_ablations(model):
         ([True, False, False, True], "only previous-token heads matter"),
     ],
 )
-def test_prediction_checker_names_the_belief_behind_a_wrong_prediction(model, answer, named):
-    result = check_ablation_prediction(lambda: torch.tensor(answer), verbose=False)
-    assert result.misconception == named
+def test_prediction_checker_names_the_belief_behind_a_wrong_prediction_on_a_repeat(model, answer, named):
+    first = check_ablation_prediction(lambda: torch.tensor(answer), verbose=False)
+    assert first.misconception == named and named not in first.message and "answers are wrong" in first.message
+    assert "Measured" not in first.message
+    mistake = next(m for m in PREDICTION_MISCONCEPTIONS if m.name == named)
+    assert mistake.symptom in first.message and mistake.hint not in first.message
+    again = check_ablation_prediction(lambda: torch.tensor(answer), verbose=False)
+    assert named in again.message and mistake.hint in again.message
 
 
-def test_prediction_checker_measures_nothing_before_an_answer():
+def test_prediction_checker_says_nothing_measured_before_an_answer():
     def stub():
         raise NotImplementedError
 
-    result = check_ablation_prediction(stub, verbose=False)
-    assert result.status == "not_attempted" and "Measured" not in result.message
+    for unanswered in (stub, None):
+        result = check_ablation_prediction(unanswered, verbose=False)
+        assert result.status == "not_attempted" and "Measured" not in result.message
 
 
 # ---------------------------------------------------------------- explorer, pictures

@@ -3,15 +3,21 @@ every layer computes what the package's computes; GQA is multi-head attention wi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from learner_modules import causal_module
 from learner_reference import MyCausalSelfAttention
+from notebook_cells import cells, source
 
 from mhsa_helpers.kv_cache import KVCache
 from mhsa_helpers.lessons.real_model import copy_loss, copying_test, load_model
 from mhsa_helpers.lessons.real_model.swap import YourAttention, copy_gqa_weights, with_attention
 from mhsa_helpers.mha import MultiHeadSelfAttention
 from mhsa_helpers.real_model import generate
+from mhsa_helpers.teaching.claims import ClaimError, claim
+from mhsa_helpers.teaching.modules import explained
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +122,39 @@ def test_bad_arguments_are_named(models):
         with_attention(model, lambda *args, **kwargs: 3)
     with pytest.raises(ValueError, match="token_positions"):
         YourAttention(MyCausalSelfAttention(8, 2))(torch.zeros(1, 2, 8), token_positions=torch.arange(2))
+
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "11_real_model.ipynb"
+
+
+def test_the_payoff_cell_runs_its_claims_where_a_failure_is_explained():
+    cell = next(source(c) for c in cells(NOTEBOOK) if c.get("id") == "h22c-11-run")
+    lines = cell.splitlines()
+    assert lines[0] == "if module_is_written(MyCausalSelfAttention):"
+    assert lines[1].startswith("    with explained(MyCausalSelfAttention):")
+    assert all(line.startswith("        ") for line in lines[2:] if line.strip())
+
+
+@pytest.mark.parametrize(
+    ("slips", "cause"),
+    [
+        ({"half_split": True}, "'rotating pairs half-split instead of interleaved'"),
+        ({"mask_top_left": True}, "'mask not offset by the cache'"),
+        ({"positions": "zero"}, "'positions not offset by the cache'"),
+    ],
+)
+def test_a_wrong_module_in_the_real_model_is_told_its_cause(models, slips, cause, capsys):
+    """The payoff cell's claims on the real model built from a learner's wrong module: the full pass breaks with
+    the pairing, greedy decoding with a cache with the offsets; either way the cell says the cause in one line."""
+    model, _, tokenizer = models
+    ids = torch.tensor([tokenizer.encode("The capital of France is Paris. The capital of France is")])
+    wrong = causal_module(**slips)
+    with pytest.raises(ClaimError), explained(wrong):
+        yours = with_attention(model, wrong)
+        with torch.no_grad():
+            same = torch.equal(yours(ids).argmax(-1), model(ids).argmax(-1))
+        claim("and its most likely next token is the package's at every position", same)
+        claim("greedy decoding with your modules and a KV cache writes the same tokens",
+              torch.equal(generate(yours, ids, 3), generate(model, ids, 3)))  # fmt: skip
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("The cause") and cause in printed[-1]
