@@ -41,6 +41,7 @@ def test_module_exports_the_core_api():
     assert set(checking.__all__) == {
         "AnswerRejected",
         "IN_PLACE",
+        "STATE_CHANGED",
         "Case",
         "CheckResult",
         "Misconception",

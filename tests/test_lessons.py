@@ -177,6 +177,28 @@ def test_every_checker_accepts_the_solutions_notebooks_answer(item):
         assert checker(stub, verbose=False).status == "not_attempted"
 
 
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_no_committed_exercise_output_states_a_mistake_or_its_fix(item):
+    """What a learner sees before trying: each exercise cell's committed output is the checker saying it is not
+    attempted yet, or, for code handed out to debug, that it is still the original, and nothing else: no
+    mistake's name, idea or fix. (The payoff cells of 07 and 11 say the learner's module is not written yet.)"""
+    notebook = json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))
+    names = {checker.__name__ for checker in item.checkers}
+    told = []
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        text = "".join("".join(output.get("text", "")) for output in cell.get("outputs", []))
+        assert not re.search(r"this looks like|the fix for|result\.reveal\(\)|known mistake", text), text
+        if set(re.findall(r"\b(check_\w+)\(", source)) & names:
+            verdicts = [line for line in text.splitlines() if line.startswith("[")]
+            assert len(verdicts) == 1, text
+            assert re.match(r"\[[^]]+\] (not attempted yet|still the original): ", verdicts[0]), verdicts[0]
+            told.append(verdicts[0].split("] ", 1)[1].split(":")[0])
+    assert len(told) == len(item.checkers), told
+
+
 # ------------------------------------------------------------------ the README's table
 
 

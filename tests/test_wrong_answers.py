@@ -223,9 +223,8 @@ CATALOGUE = [
     # (the learner's modules and the predictions: tests/lessons/NN_<name>/test_<name>_module.py)
     Wrong(
         check_attend_with_cache,
-        "positions restart at 0",
+        "positions restart at 0 (the handed-out bug: still the original)",
         lambda q, k, v, ck, cv, rope: _cached_step(q, k, v, ck, cv, rope, first=0),
-        named="RoPE positions restart at 0",
     ),
     Wrong(
         check_attend_with_cache,

@@ -89,6 +89,7 @@ from . import feedback
 
 __all__ = [
     "IN_PLACE",
+    "STATE_CHANGED",
     "AnswerRejected",
     "Case",
     "CheckResult",

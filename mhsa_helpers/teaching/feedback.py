@@ -10,8 +10,8 @@ before being told it:
 * the **fix** is shown only on request: ``result.hint()`` climbs one rung (the name, then the fix) and
   ``result.reveal()`` shows the fix at once. Both are counted per exercise (:func:`requests`).
 
-A prediction is told "too high" or "too low" first; its value is shown after :data:`TRIES_BEFORE_VALUE`
-wrong tries, or on ``result.reveal()``.
+A prediction is told "too high" or "too low" first; its value is shown from the :data:`TRIES_BEFORE_VALUE`-th
+wrong try on, or on ``result.reveal()``.
 
 :func:`forget` clears the memory (a fresh kernel has none; the tests start each test from none).
 """
@@ -31,7 +31,7 @@ __all__ = [
     "wrong_tries",
 ]
 
-#: Wrong predictions of one exercise after which the checker shows the value.
+#: The wrong prediction of one exercise from which on the checker shows the value.
 TRIES_BEFORE_VALUE = 3
 
 _seen: defaultdict[str, Counter[str]] = defaultdict(Counter)

@@ -2,7 +2,7 @@
 
 A prediction is told whether it is too high or too low, and why-so when it matches a known wrong way of
 reasoning (its symptom first, its name when the same reasoning comes again); the value itself is shown only
-after :data:`~mhsa_helpers.teaching.feedback.TRIES_BEFORE_VALUE` wrong tries, or by ``result.reveal()``.
+from the :data:`~mhsa_helpers.teaching.feedback.TRIES_BEFORE_VALUE`-th wrong try on, or by ``result.reveal()``.
 
 The tolerance is tight enough to tell every listed wrong reasoning, and near misses, apart from the truth:
 at most a quarter of the smallest gap between the truth and a listed mistake, and at most 2% of the value
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from . import feedback
-from .checking import Case, CheckResult, Misconception, check_function
+from .checking import STATE_CHANGED, Case, CheckResult, Misconception, check_function, escalate, judge
 
 __all__ = ["RELATIVE_TOLERANCE", "check_prediction", "prediction_tolerance"]
 
@@ -64,8 +64,8 @@ def check_prediction(
     predictions (their ``implementation`` a function of no arguments) with the reasoning that leads to them.
 
     Numbers must be within :func:`prediction_tolerance` of the truth (whole numbers exactly); a tensor of
-    booleans must be equal. ``explain`` (or a function of no arguments giving it, called only when the value is
-    shown) says why the value is what it is.
+    booleans must be equal. ``explain`` (or a function of no arguments giving it, called only for an answer that
+    is a value: not for a stub) says why the value is what it is.
     """
     if answer is None or answer is Ellipsis:
         result = CheckResult(
@@ -79,12 +79,13 @@ def check_prediction(
             f"learner must be a function returning your prediction, or the value itself, got {type(answer).__name__}"
         )
     learner = answer if callable(answer) else (lambda: answer)
-    try:
-        learner()
-    except NotImplementedError:  # a stub: told so without measuring the truth (notebook 11 runs a real model)
-        return check_function(exercise, learner, lambda: None, [Case(())], verbose=verbose)
-    except Exception:  # the learner's error is reported by the check below, at the learner's line
-        pass
+    # A stub, an error or a loop is told without measuring the truth (notebook 11's runs a real model).
+    ran = judge(exercise, learner, lambda: None, [Case(())])
+    if ran.status in ("not_attempted", "error") or ran.misconception == STATE_CHANGED:
+        result = escalate(ran)
+        if verbose:
+            print(result.message)
+        return result
     value = truth()
     exact = _number(value)
     whole = isinstance(value, numbers.Integral) or (isinstance(value, torch.Tensor) and not value.is_floating_point())
@@ -95,7 +96,7 @@ def check_prediction(
         exercise, learner, lambda: value, [Case((), description=what)], mistakes, atol=atol, rtol=0.0, verbose=False
     )
     if not isinstance(explain, str):
-        explain = explain() if result.correct or feedback.wrong_tries(exercise) >= feedback.TRIES_BEFORE_VALUE else ""
+        explain = explain()
     if result.status in ("misconception", "incorrect") and result.key and _comparable(result.got, value):
         result = _told(result, value, explain, mistakes)  # a wrong value, not a wrong form
     elif result.correct:
