@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+import mhsa_helpers
+
 
 def cells(path: Path) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cells"]
@@ -27,7 +29,7 @@ def defined_in_notebook(path: Path, name: str):
     """The function ``name`` exactly as the notebook's cell defines it (the checker call removed)."""
     cell = next(c for c in cells(path) if f"def {name}(" in source(c))
     code = source(cell).split("\nresult = ")[0]
-    namespace: dict = {"torch": torch, "math": math}
+    namespace: dict = {"torch": torch, "math": math, "mh": mhsa_helpers}
     exec(compile(code, path.stem, "exec"), namespace)
     return namespace[name]
 

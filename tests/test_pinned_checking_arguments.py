@@ -197,7 +197,9 @@ def test_an_object_that_refers_to_itself_is_checked_without_end():
 
 def test_an_argument_without_attributes_is_fine():
     # A dtype (no __dict__) passed as a keyword: nothing to watch, nothing to fail on.
-    result = check(lambda x, dtype: x.to(dtype), torch.ones(2), reference=lambda x, dtype: x.to(dtype), dtype=torch.float64)
+    result = check(
+        lambda x, dtype: x.to(dtype), torch.ones(2), reference=lambda x, dtype: x.to(dtype), dtype=torch.float64
+    )
     assert result.correct, result.message
 
 

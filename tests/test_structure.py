@@ -2,6 +2,8 @@
 
 * The core (``mhsa_helpers/*.py``) never imports the teaching scaffolding
   (``mhsa_helpers.teaching``, ``mhsa_helpers.lessons``).
+* A lesson (a folder ``mhsa_helpers/lessons/<slug>/``) imports only the core, ``mhsa_helpers.teaching``
+  and its own folder: never another lesson, nor the registry of the lessons.
 * No module of ``mhsa_helpers`` uses another module's underscore-prefixed name: neither
   ``from x import _y`` nor ``import x._y`` nor ``x._y`` on an imported module.
 * ``MultiHeadSelfAttention.forward`` reads as notebook 06's recipe: at most 45 lines.
@@ -23,6 +25,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mhsa_helpers"
 SCAFFOLDING = ("mhsa_helpers.teaching", "mhsa_helpers.lessons")
+LESSONS = "mhsa_helpers.lessons"
+#: The modules directly in ``lessons/`` are no lesson: the registry of every lesson (``__init__``),
+#: its command line (``__main__``) and where the series is published (``links``).
+NOT_LESSONS = {"__init__.py", "__main__.py", "links.py"}
 FORWARD_MAX_LINES = 45
 
 
@@ -79,6 +85,37 @@ def scaffolding_imports(source: str, importer: str, is_package: bool = False) ->
         for line, name in imported_modules(source, importer, is_package)
         if any(name == s or name.startswith(s + ".") for s in SCAFFOLDING)
     ]
+
+
+def lesson_of(module: str) -> str | None:
+    """The lesson (``mhsa_helpers.lessons.<slug>``) that ``module`` names or lies in; ``mhsa_helpers.lessons``
+    for the lessons' package itself, None outside it."""
+    parts = module.split(".")
+    if parts[:2] != LESSONS.split("."):
+        return None
+    return ".".join(parts[:3])
+
+
+def foreign_imports(source: str, importer: str, is_package: bool = False) -> list[str]:
+    """What a lesson's module ``importer`` imports from ``mhsa_helpers.lessons`` outside its own lesson folder:
+    another lesson, or the lessons' package (the registry). The core and ``mhsa_helpers.teaching`` are fine.
+    One entry per statement and lesson, however many names it takes from it."""
+    own = lesson_of(importer)
+    found: dict[tuple[int, str], None] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(importer, is_package, node.module, node.level)
+            # `from .. import other_lesson` names the lessons' package only to reach into it: judge the names.
+            names = [f"{base}.{alias.name}" for alias in node.names] + ([] if base == LESSONS else [base])
+        else:
+            continue
+        for name in names:
+            lesson = lesson_of(name)
+            if lesson is not None and lesson != own:
+                found[(node.lineno, lesson)] = None
+    return [f"line {line}: {lesson}" for line, lesson in found]
 
 
 def is_private(name: str) -> bool:
@@ -170,6 +207,20 @@ def test_core_never_imports_the_teaching_scaffolding():
     assert not found, "core modules importing the teaching scaffolding:\n" + report(found)
 
 
+def test_a_lesson_imports_only_the_core_teaching_and_itself():
+    folder = PACKAGE / "lessons"
+    assert {path.name for path in folder.glob("*.py")} == NOT_LESSONS, "a lesson lives in a folder lessons/<slug>/"
+    modules = sorted(path for path in folder.glob("*/**/*.py") if "__pycache__" not in path.parts)
+    assert len({path.relative_to(folder).parts[0] for path in modules}) >= 11, modules
+    found = {}
+    for path in modules:
+        problems = foreign_imports(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+        if problems:
+            found[path] = problems
+    shared = "move what lessons share to mhsa_helpers/teaching/"
+    assert not found, f"lessons importing another lesson or the lessons' registry ({shared}):\n" + report(found)
+
+
 def test_no_module_uses_another_modules_underscore_names():
     found = {path: private_uses(path.read_text(encoding="utf-8")) for path in package_modules()}
     found = {path: problems for path, problems in found.items() if problems}
@@ -217,6 +268,43 @@ def test_every_suppression_names_its_codes_and_says_why():
 )
 def test_scaffolding_detector(source, importer, is_package, expected):
     assert len(scaffolding_imports(source, importer, is_package)) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "importer", "is_package", "expected"),
+    [
+        (
+            "from ..induction_heads import InductionBatch, load_checkpoints",
+            "mhsa_helpers.lessons.long_context.x",
+            False,
+            1,
+        ),
+        ("from ..induction_heads.scores import induction_score", "mhsa_helpers.lessons.real_model.tools", False, 1),
+        (
+            "from ..multi_head_attention.explorer import MODEL_SEED",
+            "mhsa_helpers.lessons.causal_mhsa_with_rope",
+            True,
+            1,
+        ),
+        ("from .. import induction_heads, real_model", "mhsa_helpers.lessons.long_context.x", False, 2),
+        ("import mhsa_helpers.lessons.induction_heads.task", "mhsa_helpers.lessons.real_model.tools", False, 1),
+        ("from mhsa_helpers.lessons import LESSONS", "mhsa_helpers.lessons.real_model.tools", False, 1),
+        ("from .. import links", "mhsa_helpers.lessons.real_model.tools", False, 1),
+        ("from ..real_model.swap import x", "mhsa_helpers.lessons.real_model.tools", False, 0),
+        ("from .scores import x\nfrom . import task", "mhsa_helpers.lessons.induction_heads", True, 0),
+        (
+            "from ...teaching.induction import x\nfrom ...mha import y",
+            "mhsa_helpers.lessons.real_model.tools",
+            False,
+            0,
+        ),
+        ("from mhsa_helpers import default_device\nimport torch", "mhsa_helpers.lessons.induction_heads.x", False, 0),
+        ("from ..real_modelX import x", "mhsa_helpers.lessons.real_model.tools", False, 1),
+    ],
+)
+def test_foreign_lesson_import_detector(source, importer, is_package, expected):
+    found = foreign_imports(source, importer, is_package)
+    assert len(found) == expected, found
 
 
 @pytest.mark.parametrize(

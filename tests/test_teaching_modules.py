@@ -115,7 +115,9 @@ def test_the_same_module_again_is_named_and_its_fix_comes_on_request(capsys):
     assert first.message == first.symptom and second.message == second.diagnosis
     assert "'rotating pairs half-split instead of interleaved'" in second.message
     second.reveal()
-    assert "the fix for 'rotating pairs half-split instead of interleaved': Pair x[..., 0::2]" in capsys.readouterr().out
+    assert (
+        "the fix for 'rotating pairs half-split instead of interleaved': Pair x[..., 0::2]" in capsys.readouterr().out
+    )
 
 
 def test_a_causal_mask_in_notebook_04s_module_is_named():

@@ -9,8 +9,11 @@ checker knows is told apart from the right answer *and* from the others.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from checker_table import table_tests
 from learner_modules import attention_ok
+from notebook_cells import defined_in_notebook
 
 from mhsa_helpers.lessons.multi_head_attention import exercises as heads
 
@@ -81,3 +84,14 @@ def test_scaled_answer_is_incorrect_with_its_case_named():
     result = heads.check_multi_head_attention(lambda *a: 1.5 * mha_ok(*a), verbose=False)
     assert result.status == "incorrect"
     assert "x (2, 4, 8), 2 heads" in result.message
+
+
+def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug():
+    """The checker's copy of the handed-out code is the notebook's: the notebook's cell, run as it stands, is
+    told it is still the original, and nothing of its bug."""
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "04_multi_head_attention.ipynb"
+    result = heads.check_multi_head_attention(
+        defined_in_notebook(notebook, "buggy_multi_head_attention"), verbose=False
+    )
+    assert result.status == "original" and result.misconception is None, result.message
+    assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))

@@ -10,9 +10,11 @@ checker knows is told apart from the right answer *and* from the others.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from checker_table import table_tests
 from learner_modules import attention_ok
+from notebook_cells import defined_in_notebook
 
 from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 
@@ -82,3 +84,12 @@ def test_the_handed_out_bug_rewritten_is_still_the_original_and_states_no_fix():
     result = rope.check_rope_attention(rope_attention_rotating_v, verbose=False)
     assert result.status == "original" and "still the original" in result.message
     assert "V" not in result.message.split("]", 1)[1] and "RoPE" not in result.message
+
+
+def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug():
+    """The checker's copy of the handed-out code is the notebook's: the notebook's cell, run as it stands, is
+    told it is still the original, and nothing of its bug."""
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "05_rotary_position_embeddings.ipynb"
+    result = rope.check_rope_attention(defined_in_notebook(notebook, "buggy_rope_attention"), verbose=False)
+    assert result.status == "original" and result.misconception is None, result.message
+    assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))

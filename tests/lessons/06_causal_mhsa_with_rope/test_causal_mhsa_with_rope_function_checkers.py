@@ -10,10 +10,12 @@ checker knows is told apart from the right answer *and* from the others.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 from checker_table import table_tests
 from learner_modules import attention_ok
+from notebook_cells import defined_in_notebook
 
 from mhsa_helpers.lessons.causal_mhsa_with_rope import exercises as decoding
 from mhsa_helpers.rope import RotaryEmbedding
@@ -106,3 +108,12 @@ def test_the_handed_out_bug_rewritten_is_still_the_original_and_states_no_fix():
     result = CHECKERS["attend_with_cache"][0](attend_with_cache_restarting_positions, verbose=False)
     assert result.status == "original" and "still the original" in result.message
     assert "position" not in result.message and "past" not in result.message
+
+
+def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug():
+    """The checker's copy of the handed-out code is the notebook's: the notebook's cell, run as it stands, is
+    told it is still the original, and nothing of its bug."""
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "06_causal_mhsa_with_rope.ipynb"
+    result = CHECKERS["attend_with_cache"][0](defined_in_notebook(notebook, "buggy_attend_with_cache"), verbose=False)
+    assert result.status == "original" and result.misconception is None, result.message
+    assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))

@@ -21,7 +21,9 @@ from mhsa_helpers.lessons.long_context import (
     window_reach,
 )
 from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
-from mhsa_helpers.long_context import RopeScaling, sliding_window_mask
+from mhsa_helpers.lessons.long_context.explorer import ORIGINAL_LENGTHS
+from mhsa_helpers.long_context import RopeScaling, rope_wavelengths, sliding_window_mask
+from mhsa_helpers.rope import scaled_rope_frequencies
 
 # ---------------------------------------------------------------- experiments
 
@@ -90,6 +92,26 @@ def test_stretch_explorer_draws_what_the_formulas_give():
         explorer.close()
     with pytest.raises(ValueError, match="factor"):
         stretch_explorer(factor=3)
+
+
+def test_the_trained_length_control_moves_what_depends_on_it():
+    """Moving "trained length L" changes the pairs that never turned in L tokens, YaRN's ramp (which pairs it keeps)
+    and the dashed line; the wavelengths as trained do not depend on it."""
+    explorer = stretch_explorer(method="yarn", factor=4, original_len=32, d_head=16)
+    try:
+        short = explorer.data
+        long = explorer.update(original_len=max(ORIGINAL_LENGTHS)).data
+        assert short["before"] == pytest.approx(long["before"])
+        for data in (short, long):
+            assert data["unseen_before"] == int((data["before"] > data["original_len"]).sum())
+            scaling = RopeScaling("yarn", 4.0, data["original_len"])
+            assert data["after"] == pytest.approx(rope_wavelengths(scaled_rope_frequencies(16, 10000.0, scaling)[0]))
+        assert short["unseen_before"] != long["unseen_before"] and short["after"] != pytest.approx(long["after"])
+        left = explorer.figure.axes[0]
+        assert max(ORIGINAL_LENGTHS) in {line.get_ydata()[0] for line in left.get_lines()}
+        assert f"trained length L = {max(ORIGINAL_LENGTHS)}" in left.get_title()
+    finally:
+        explorer.close()
 
 
 def test_window_explorer_counts_how_far_back_the_last_token_is_reached():

@@ -23,8 +23,8 @@ def test_streaming_with_original_positions_equals_the_full_pass_with_the_window_
 
 
 def test_streaming_losses_checks_its_arguments():
-    from mhsa_helpers.lessons.induction_heads import InductionConfig, build_model
     from mhsa_helpers.lessons.long_context import long_batch, streaming_losses, stretched_model
+    from mhsa_helpers.teaching.induction import InductionConfig, build_model
 
     batch = long_batch(16, batch_size=2)
     with pytest.raises(ValueError, match="rope_positions must be one of"):

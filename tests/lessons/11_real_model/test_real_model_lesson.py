@@ -23,7 +23,6 @@ from notebook_cells import cells, defined_in_notebook, printed, source
 
 pytest.importorskip("gguf", reason="the real model needs the 'model' extra")
 
-from mhsa_helpers.lessons.induction_heads import induction_score, previous_token_score
 from mhsa_helpers.lessons.real_model import (
     PREDICTION_HEADS,
     PRESET_SENTENCES,
@@ -53,6 +52,7 @@ from mhsa_helpers.lessons.real_model.exercises import (
 )
 from mhsa_helpers.teaching.checking import STATE_CHANGED
 from mhsa_helpers.teaching.explorer import open_explorers
+from mhsa_helpers.teaching.induction import induction_score, previous_token_score
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "11_real_model.ipynb"
 
@@ -559,6 +559,10 @@ def test_explorer_draws_the_models_weights_with_tokens_on_the_axes(model, tokeni
         _, weights = model(ids, need_weights=True)
     np.testing.assert_allclose(explorer.data["weights"], weights[16][0, 0].double().numpy(), rtol=1e-6, atol=1e-7)
     assert explorer.data["previous_token"] == pytest.approx(float(weights[16][0, 0].diagonal(-1).mean()), rel=1e-6)
+    # The first token's weight is averaged over queries 1.. only: query 0 can attend to nothing else.
+    first = float(weights[16][0, 0][1:, 0].mean())
+    assert explorer.data["first_token"] == pytest.approx(first, rel=1e-6)
+    assert f"mean weight on the first token {first:.2f}" in explorer.data["caption"]
     assert "layer 16, head 0" in explorer.data["caption"]
 
 
