@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from mhsa_helpers.lessons.induction_heads import (
+from mhsa_helpers.teaching.induction import (
     InductionConfig,
     ablation_losses,
     evaluation_batch,

@@ -4,7 +4,7 @@
     python scripts/make_induction_checkpoints.py --positions learned  # writes LEARNED_CHECKPOINT_FILE
     python scripts/make_induction_checkpoints.py --out X.pt           # somewhere else
 
-both in mhsa_helpers/lessons/induction_heads/checkpoints/.
+both in mhsa_helpers/teaching/induction/checkpoints/.
 
 Trains the default model of ``InductionConfig`` on the CPU with seed ``CHECKPOINT_SEED`` and keeps
 float16 weights at ``CHECKPOINT_STEPS``; with ``--positions learned``, the same settings with
@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from mhsa_helpers.lessons.induction_heads import (
+from mhsa_helpers.teaching.induction import (
     CHECKPOINT_FILE,
     CHECKPOINT_SEED,
     CHECKPOINT_STEPS,

@@ -11,6 +11,13 @@
 * :mod:`~mhsa_helpers.teaching.diagrams` — schematic diagrams of shapes and data flow (tensors as
   grids of cells, operations, arrows).
 
+and the bases that a few lessons share (a lesson never imports another lesson):
+
+* :mod:`~mhsa_helpers.teaching.heads_explorer` — the sentence, inputs and seeded module of the heads
+  and MHSA explorers (notebooks 04 and 06);
+* :mod:`~mhsa_helpers.teaching.induction` — notebook 07's task, model, training, head scores and
+  shipped checkpoints, which notebooks 09 and 11 build on.
+
 Each notebook's own checkers, explorer and figures are in ``mhsa_helpers.lessons.<slug>``.
 The core modules of :mod:`mhsa_helpers` never import this package.
 """

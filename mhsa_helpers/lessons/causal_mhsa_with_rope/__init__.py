@@ -1,8 +1,8 @@
 """Notebook 06, causal multi-head self-attention with RoPE and a KV cache: its exercise checkers (``exercises``)
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
+from ...teaching.heads_explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from ...teaching.modules import copy_package_weights
-from ..multi_head_attention.explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from .diagrams import kv_cache_diagram, transformer_block_diagram
 from .exercises import check_attend_with_cache, check_mask_prediction, check_my_causal_self_attention
 from .explorer import mhsa_explorer

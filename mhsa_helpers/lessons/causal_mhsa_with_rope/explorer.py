@@ -1,6 +1,7 @@
 """Notebook 06's explorer: the whole multi-head self-attention block, with heads, causal
 masking and RoPE switched from the controls. Same sentence and seeded module as notebook 04's
-:func:`~mhsa_helpers.lessons.multi_head_attention.heads_explorer`."""
+:func:`~mhsa_helpers.lessons.multi_head_attention.heads_explorer`, both from
+:mod:`mhsa_helpers.teaching.heads_explorer`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from ...checks import expect_bool, expect_int, expect_number
 from ...teaching.explorer import SLIDER, Explorer, divisors, log_slider, set_options, to_numpy
 from ...teaching.figures import SCORES_CMAP, HeadGrid, Heatmap
-from ..multi_head_attention.explorer import (
+from ...teaching.heads_explorer import (
     HEADS_SENTENCE,
     check_d_model,
     check_num_heads,

@@ -1,15 +1,14 @@
 """Notebook 07, watch attention learn: induction heads.
 
-The task (``task``), the two-layer attention-only model (``model``), the training loop
-(``training``), the head scores and ablations (``scores``), the shipped checkpoints
-(``checkpoints``), the exercise checkers (``exercises``), the pictures (``figures``) and the
-explorer over training steps (``explorer``), the schematic diagrams (``diagrams``), and, from
-``teaching.modules``, the check that the learner's own attention module is written and, when it fails, why
-("train your own module").
+The exercise checkers (``exercises``), the pictures (``figures``), the explorer over training steps
+(``explorer``) and the schematic diagrams (``diagrams``); from ``teaching.induction``, the base that notebooks
+09 and 11 build on too: the task (``task``), the two-layer attention-only model (``model``), the training loop
+(``training``), the head scores and ablations (``scores``) and the shipped checkpoints (``checkpoints``); and,
+from ``teaching.modules``, the check that the learner's own attention module is written and, when it fails,
+why ("train your own module").
 """
 
-from ...teaching.modules import explained, module_is_written
-from .checkpoints import (
+from ...teaching.induction.checkpoints import (
     CHECKPOINT_FILE,
     CHECKPOINT_SEED,
     CHECKPOINT_STEPS,
@@ -20,19 +19,8 @@ from .checkpoints import (
     make_checkpoints,
     save_checkpoints,
 )
-from .diagrams import induction_circuit_diagram, residual_stream_diagram
-from .exercises import (
-    PREDICTION_SEQ,
-    check_ablate_head,
-    check_induction_score,
-    check_previous_token_score,
-    check_repeat_chunk,
-    check_untrained_prediction,
-)
-from .explorer import example_index, training_explorer
-from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
-from .model import POSITIONS, AttentionOnlyTransformer
-from .scores import (
+from ...teaching.induction.model import POSITIONS, AttentionOnlyTransformer
+from ...teaching.induction.scores import (
     SCORE_NAMES,
     ablation_losses,
     attention_entropy,
@@ -44,8 +32,8 @@ from .scores import (
     induction_targets,
     previous_token_score,
 )
-from .task import BOS, InductionBatch, check_task_settings, make_induction_batch, repeat_chunk
-from .training import (
+from ...teaching.induction.task import BOS, InductionBatch, check_task_settings, make_induction_batch, repeat_chunk
+from ...teaching.induction.training import (
     InductionConfig,
     TrainingRun,
     build_model,
@@ -54,6 +42,18 @@ from .training import (
     split_losses,
     train_induction,
 )
+from ...teaching.modules import explained, module_is_written
+from .diagrams import induction_circuit_diagram, residual_stream_diagram
+from .exercises import (
+    PREDICTION_SEQ,
+    check_ablate_head,
+    check_induction_score,
+    check_previous_token_score,
+    check_repeat_chunk,
+    check_untrained_prediction,
+)
+from .explorer import example_index, training_explorer
+from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
 
 __all__ = [
     "BOS",

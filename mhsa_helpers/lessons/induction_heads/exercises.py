@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.induction.scores import induction_score, previous_token_score
+from ...teaching.induction.task import InductionBatch, repeat_chunk
 from ...teaching.predictions import check_prediction
-from .scores import induction_score, previous_token_score
-from .task import InductionBatch, repeat_chunk
 
 # check_previous_token_score is no longer an exercise of notebook 07 (its formula is given in the text, and the
 # exercise became a prediction); it stays importable by name for the tests and for anyone who wants it.
@@ -646,8 +646,9 @@ UNTRAINED_MISCONCEPTIONS = (
 def _measured_untrained_scores() -> tuple[float, float]:
     """The lowest and highest previous-token score of the 8 heads at step 0 of the shipped run, on the
     held-out batch (read once: the checkpoints do not change)."""
-    from .checkpoints import load_checkpoints  # the checkpoints import training; checkers load them lazily
-    from .training import evaluation_batch
+    # The checkpoints import training; checkers load them lazily.
+    from ...teaching.induction.checkpoints import load_checkpoints
+    from ...teaching.induction.training import evaluation_batch
 
     checkpoints = load_checkpoints()
     batch = evaluation_batch(checkpoints.config, 128)

@@ -1,11 +1,12 @@
 """Notebook 07's explorer: scrub through training (the shipped checkpoints) and watch one head's
 attention, the loss curves and every head's scores change.
 
-Nothing is trained here: the weights come from :func:`~.checkpoints.load_checkpoints`, so the
-explorer opens at once. Each step's forward pass (on :func:`~.training.evaluation_batch`) is
-computed on first view and kept (not ahead of time in another thread: building a model seeds
-torch's global random generator, which the notebook's own cells use meanwhile). The figure is
-built once: a move replaces the heatmap's values, the bars' heights, the step's line and the titles.
+Nothing is trained here: the weights come from
+:func:`~mhsa_helpers.teaching.induction.checkpoints.load_checkpoints`, so the explorer opens at once. Each
+step's forward pass (on :func:`~mhsa_helpers.teaching.induction.training.evaluation_batch`) is computed on
+first view and kept (not ahead of time in another thread: building a model seeds torch's global random
+generator, which the notebook's own cells use meanwhile). The figure is built once: a move replaces the
+heatmap's values, the bars' heights, the step's line and the titles.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from matplotlib.patches import Rectangle
 
 from ...checks import expect_int
 from ...teaching.explorer import SLIDER, Explorer, to_numpy
-from .checkpoints import CHECKPOINT_STEPS, Checkpoints, load_checkpoints
+from ...teaching.induction.checkpoints import CHECKPOINT_STEPS, Checkpoints, load_checkpoints
+from ...teaching.induction.scores import head_scores
+from ...teaching.induction.task import InductionBatch
+from ...teaching.induction.training import evaluation_batch
 from .figures import loss_curves, mark_copies, score_bars
-from .scores import head_scores
-from .task import InductionBatch
-from .training import evaluation_batch
 
 __all__ = ["example_index", "training_explorer"]
 
@@ -200,9 +201,10 @@ class _TrainingExplorer(Explorer):
 
 
 def training_explorer(step: int = CHECKPOINT_STEPS[-1], *, layer: int = 0, head: int | None = None) -> Explorer:
-    """Scrub through the shipped training run (:func:`~.checkpoints.load_checkpoints`): the attention
-    of head ``head`` of layer ``layer`` on one sequence of :func:`~.training.evaluation_batch`
-    (the row :func:`example_index`), the loss curves with a line at ``step``, and the scores of every head.
+    """Scrub through the shipped training run
+    (:func:`~mhsa_helpers.teaching.induction.checkpoints.load_checkpoints`): the attention of head ``head`` of
+    layer ``layer`` on one sequence of :func:`~mhsa_helpers.teaching.induction.training.evaluation_batch` (the
+    row :func:`example_index`), the loss curves with a line at ``step``, and the scores of every head.
 
     ``step`` is one of the saved steps; ``head`` defaults to the previous-token head of layer 0 at
     the last step. data: ``weights`` (seq, seq) of the drawn head, ``scores`` ({name: (layers, heads)}),

@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes
-from .training import phase_change_step
+from ...teaching.induction.training import phase_change_step
 
 __all__ = [
     "INDUCTION_COLOR",
@@ -118,7 +118,8 @@ def score_bars(
     fontsize: float = 9,
 ) -> Axes:
     """Grouped bars, one group per head (``L0H0``, ``L0H1``, ...): the scores ``names`` of
-    :func:`~.scores.head_scores` (each ``(layers, heads)``, all in [0, 1]) on one shared 0-1 axis.
+    :func:`~mhsa_helpers.teaching.induction.scores.head_scores` (each ``(layers, heads)``, all in [0, 1]) on one
+    shared 0-1 axis.
     ``highlight`` = ``(layer, head)`` frames that head's group."""
     unknown = [name for name in names if name not in SCORE_COLORS]
     if unknown:
@@ -234,8 +235,8 @@ def ablation_bars(
     fontsize: float = 9,
 ) -> Axes:
     """One bar per head: the in-context loss with that head zeroed (``losses (layers, heads)`` from
-    :func:`~.scores.ablation_losses`), a dashed line at ``baseline`` (nothing zeroed) and a dotted one
-    at chance, ``log(vocab_size - 1)``."""
+    :func:`~mhsa_helpers.teaching.induction.scores.ablation_losses`), a dashed line at ``baseline`` (nothing
+    zeroed) and a dotted one at chance, ``log(vocab_size - 1)``."""
     values = as_array("losses", losses)
     if values.ndim != 2:
         raise ValueError(f"losses must be a (layers, heads) array, got shape {values.shape}")

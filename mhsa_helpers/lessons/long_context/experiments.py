@@ -15,7 +15,7 @@ from ...checks import expect_int
 from ...kv_cache import SlidingWindowCache
 from ...long_context import RopeScaling
 from ...rope import RotaryEmbedding
-from ..induction_heads import AttentionOnlyTransformer, InductionBatch, load_checkpoints, make_induction_batch
+from ...teaching.induction import AttentionOnlyTransformer, InductionBatch, load_checkpoints, make_induction_batch
 
 __all__ = [
     "TRAINED_LENGTH",

@@ -1,6 +1,8 @@
 """Notebook 04, multi-head attention: its exercise checkers (``exercises``)
-its explorer (``explorer``) and its diagram (``diagrams``)."""
+its explorer (``explorer``) and its diagram (``diagrams``), and, from ``teaching.heads_explorer``, the
+constants with which the notebook rebuilds what the explorer draws."""
 
+from ...teaching.heads_explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from .diagrams import split_merge_diagram
 from .exercises import (
     check_multi_head_attention,
@@ -8,7 +10,7 @@ from .exercises import (
     check_parameter_prediction,
     check_split_heads,
 )
-from .explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED, heads_explorer
+from .explorer import heads_explorer
 
 __all__ = [
     "HEADS_SENTENCE",

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from ...teaching.checking import Case, CheckResult, Misconception, check_function
+from ...teaching.induction.scores import induction_score
+from ...teaching.induction.task import InductionBatch
 from ...teaching.predictions import check_prediction
-from ..induction_heads.scores import induction_score
-from ..induction_heads.task import InductionBatch
 from .tools import copy_loss, copying_test, load_model
 
 __all__ = [

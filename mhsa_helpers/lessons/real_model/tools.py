@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from ...checks import expect_int
 from ...real_model import CausalLM, ChatTokenizer, load_smollm2
-from ..induction_heads.scores import bos_score, induction_score, previous_token_score
-from ..induction_heads.task import InductionBatch, repeat_chunk
+from ...teaching.induction.scores import bos_score, induction_score, previous_token_score
+from ...teaching.induction.task import InductionBatch, repeat_chunk
 
 __all__ = [
     "FIRST_ORDINARY_TOKEN",

@@ -1,5 +1,7 @@
 """The shipped checkpoints: the weights of one training run at a few steps around the phase change,
-and the final weights of the same run with learned positions instead of RoPE.
+and the final weights of the same run with learned positions instead of RoPE. Part of the induction base
+(:mod:`mhsa_helpers.teaching.induction`): notebook 07 watches the run, notebook 09 reads longer sequences
+with its last step.
 
 ``scripts/make_induction_checkpoints.py`` writes them with :func:`make_checkpoints` (the default
 :class:`~.training.InductionConfig`, seed :data:`CHECKPOINT_SEED`, on the CPU) and stores them as

@@ -1,4 +1,6 @@
-"""The model of notebook 07: a two-layer attention-only Transformer built from the package.
+"""The model of notebook 07: a two-layer attention-only Transformer built from the package. Part of the
+induction base (:mod:`mhsa_helpers.teaching.induction`): notebook 09 stretches the trained one to longer
+sequences.
 
 ::
 

@@ -1,4 +1,6 @@
-"""Reading a head's job off its attention weights, and testing it by ablation.
+"""Reading a head's job off its attention weights, and testing it by ablation: the scores that notebook 07
+defines (part of the induction base, :mod:`mhsa_helpers.teaching.induction`), which notebook 09 reads off the
+stretched model's heads and notebook 11 off a real model's.
 
 Every score takes attention weights ``(batch, heads, seq, seq)`` (rows: queries, columns: keys,
 causal, rows summing to 1) and returns one number per head, ``(heads,)``, averaged over the

@@ -1,4 +1,6 @@
-"""The task of notebook 07: random tokens in which a random chunk is repeated.
+"""The task of notebook 07: random tokens in which a random chunk is repeated. Part of the induction
+base (:mod:`mhsa_helpers.teaching.induction`): notebook 09 reads longer sequences of it, notebook 11 builds its
+copying test from :func:`repeat_chunk`.
 
 One sequence (``seq_len`` tokens)::
 

@@ -1,6 +1,7 @@
-"""Training the attention-only Transformer on the repeated-chunk task, deterministically.
+"""Training the attention-only Transformer on the repeated-chunk task, deterministically (notebook 07;
+part of the induction base, :mod:`mhsa_helpers.teaching.induction`).
 
-The loop the notebook shows::
+The loop notebook 07 shows::
 
     for step in range(steps):
         batch = make_induction_batch(..., generator=data_rng)
