@@ -45,7 +45,13 @@ VERIFIED = ROOT / "tests" / "mutation" / "verified.json"
 Record = dict[str, dict[str, dict[str, Any]]]
 MUTATED_FILES = (
     "mhsa_helpers/teaching/checking.py",
-)  # besides the core, mhsa_helpers/*.py; scripts/mutate.py imports this
+    "mhsa_helpers/teaching/feedback.py",
+    "mhsa_helpers/teaching/predictions.py",
+    "mhsa_helpers/teaching/gradients.py",
+    "mhsa_helpers/teaching/misconceptions.py",
+    "mhsa_helpers/teaching/attention_recipe.py",
+    "mhsa_helpers/teaching/modules.py",
+)  # besides the core, mhsa_helpers/*.py: the checker machinery; scripts/mutate.py imports this
 
 
 def exit_codes(*statuses: str) -> set[int | None]:

@@ -142,7 +142,12 @@ def causal_module(**slip):
             if not slip.get("no_mask") and not fast:
                 scores = scores.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(scores, dim=-1)
-            out = self.w_o(merge(weights @ v))
+            merged = merge(weights @ v)
+            if slip.get("batch_mixed") and merged.shape[0] > 1:  # the batch flattened with the positions somewhere
+                merged = merged.reshape(1, -1, merged.shape[-1]).roll(1, 1).reshape(merged.shape)
+            if slip.get("batch_mixed_in_float64") and x.dtype == torch.float64 and merged.shape[0] > 1:
+                merged = merged.roll(1, 0)
+            out = self.w_o(merged)
             if slip.get("always_weights"):
                 return out, weights
             return (out, weights) if need_weights and not slip.get("weights_dropped") else out

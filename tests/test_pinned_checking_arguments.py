@@ -277,3 +277,16 @@ def test_a_probe_that_catches_the_learners_failure_sees_what_happened(monkeypatc
     assert result.status == "incorrect"
     assert seen[0] == "x"
     assert seen[1].startswith(" (in learner, line ") and seen[1].endswith(": `time.sleep(5)`)"), seen
+
+
+def test_an_attribute_deleted_from_an_argument_is_a_change():
+    class Table:
+        def __init__(self):
+            self.angles = torch.ones(3)
+            self.base = 10000.0
+
+    def learner(table):
+        del table.base  # "not needed any more"
+        return 0
+
+    assert check(learner, Table()).message == object_changed("table", "base")

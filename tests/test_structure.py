@@ -221,6 +221,19 @@ def test_a_lesson_imports_only_the_core_teaching_and_itself():
     assert not found, f"lessons importing another lesson or the lessons' registry ({shared}):\n" + report(found)
 
 
+def test_the_teaching_base_never_imports_a_lesson():
+    """teaching/ holds what lessons share: it may use the core, never a lesson (nor the lessons' registry)."""
+    modules = sorted(path for path in (PACKAGE / "teaching").rglob("*.py") if "__pycache__" not in path.parts)
+    assert len(modules) >= 10, modules
+    found = {}
+    for path in modules:
+        imported = imported_modules(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+        problems = [f"line {line}: {name}" for line, name in imported if lesson_of(name) is not None]
+        if problems:
+            found[path] = problems
+    assert not found, "teaching modules importing a lesson:\n" + report(found)
+
+
 def test_no_module_uses_another_modules_underscore_names():
     found = {path: private_uses(path.read_text(encoding="utf-8")) for path in package_modules()}
     found = {path: problems for path, problems in found.items() if problems}

@@ -248,6 +248,13 @@ def test_the_module_is_also_checked_in_float64_and_at_sizes_drawn_for_it():
     assert right.correct and "3 module sizes (1 given, 2 drawn for your code)" in right.message
 
 
+def test_the_behaviour_is_looked_at_in_the_dtype_of_the_setting_that_differs():
+    """A module that mixes its batch only in float64 shows it in the float64 setting drawn for it: there the
+    behaviour is looked at, in float64, and named."""
+    result = check_causal(causal_module(batch_mixed_in_float64=True))
+    assert result.misconception == "the sequences of a batch are mixed", result.message
+
+
 def test_a_grouped_models_weights_go_in_as_notebook_11_copies_them():
     setting = (ModuleSetting(16, 16, 4, kv_heads=2, calls=(Call("chunks", 1, 6, (4, 2)),)),)
     assert check_causal(causal_module(), setting).correct

@@ -201,8 +201,8 @@ class CheckResult:
         return self.message
 
     def hint(self) -> None:
-        """Print the next rung of feedback not yet shown for this mistake: its symptom, then its name and
-        the idea behind it, then the fix."""
+        """Print the next rung of feedback not yet shown for this mistake (its symptom was the check's message):
+        its name and the idea behind it, then the fix."""
         if self.status in ("correct", "not_attempted", "error") or not self.key:
             print(
                 {
@@ -211,10 +211,7 @@ class CheckResult:
                 }.get(self.status, f"[{self.exercise}] {self.message.split('] ', 1)[-1]}")
             )
             return
-        if not feedback.seen_before(self.exercise, self.key):
-            feedback.seen(self.exercise, self.key)
-            print(self.symptom)
-        elif self.diagnosis and not feedback.named_before(self.exercise, self.key):
+        if self.diagnosis and not feedback.named_before(self.exercise, self.key):
             feedback.mark_named(self.exercise, self.key, "hint")
             print(self.diagnosis)
         else:

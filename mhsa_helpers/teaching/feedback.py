@@ -27,7 +27,6 @@ __all__ = [
     "named_before",
     "requests",
     "seen",
-    "seen_before",
     "wrong_tries",
 ]
 
@@ -43,11 +42,6 @@ def seen(exercise: str, diagnosis: str) -> int:
     """Count one more answer to ``exercise`` diagnosed as ``diagnosis``; how many there have been (1: the first)."""
     _seen[exercise][diagnosis] += 1
     return _seen[exercise][diagnosis]
-
-
-def seen_before(exercise: str, diagnosis: str) -> bool:
-    """True when an answer to ``exercise`` was already diagnosed as ``diagnosis`` (its symptom was shown)."""
-    return _seen[exercise][diagnosis] > 0
 
 
 def wrong_tries(exercise: str) -> int:

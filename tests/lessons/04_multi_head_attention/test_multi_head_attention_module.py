@@ -160,6 +160,19 @@ def test_an_error_in_the_constructor_points_at_the_learners_line():
     assert result.status == "error" and "NameError" in result.message and "bias=maybe" in result.message
 
 
+def test_an_error_deep_in_the_learners_code_points_at_the_line_that_raised():
+    def projection(d_in, d_out):
+        return nn.Linear(d_in, d_out, bias=maybe)  # noqa: F821  # the learner's NameError, one call down
+
+    class Helped(nn.Module):
+        def __init__(self, d_in, d_model, num_heads):
+            super().__init__()
+            self.w_q = projection(d_in, d_model)
+
+    result = check_my_multi_head_attention(Helped, verbose=False)
+    assert "(in projection, line" in result.message and "bias=maybe" in result.message, result.message
+
+
 def test_a_module_without_the_four_named_layers_is_told_their_names():
     class Fused(nn.Module):
         def __init__(self, d_in, d_model, num_heads):

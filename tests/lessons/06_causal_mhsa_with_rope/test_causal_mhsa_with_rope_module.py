@@ -94,6 +94,12 @@ MIDDLE_WRONG = [
         causal_module(counts_calls=True),
         named="something kept from one call to the next",
     ),
+    Wrong(
+        check_my_causal_self_attention,
+        "the sequences of a batch mixed",
+        causal_module(batch_mixed=True),
+        named="the sequences of a batch are mixed",
+    ),
     Wrong(check_my_causal_self_attention, "appends unrotated keys", causal_module(append_first=True)),
     Wrong(check_my_causal_self_attention, "a (16, 16) mask buffer", causal_module(buffer_16=True), says=("line",)),
     Wrong(
