@@ -128,3 +128,35 @@ def catalogue_tests(catalogue: list[Any], label: str) -> tuple[Callable, ...]:
         assert counts["named"] >= 0.8 * len(catalogue)
 
     return test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_counted
+
+
+#: Changes to PyTorch's global settings a right answer may make (a line copied from a set-up cell), with the words
+#: that name each.
+STATE_CHANGES = {
+    "grad off": (lambda: torch.set_grad_enabled(False), "turned gradients off"),
+    "default dtype": (lambda: torch.set_default_dtype(torch.float64), "changed the default dtype"),
+    "seed": (lambda: torch.manual_seed(1234), "reset PyTorch's global random generator"),
+}
+
+
+def state_change_tests(right: dict[str, tuple[Any, Any]]) -> Callable:
+    """The test that each right answer (``name -> (checker, answer)``) changing one of :data:`STATE_CHANGES` is
+    named as such, and the notebook's settings are back after the check."""
+    from mhsa_helpers.teaching.checking import STATE_CHANGED
+
+    @pytest.mark.parametrize("change", sorted(STATE_CHANGES))
+    @pytest.mark.parametrize("name", sorted(right))
+    def test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back(name, change):
+        checker, answer = right[name]
+        make_change, words = STATE_CHANGES[change]
+
+        def changing(*args):
+            make_change()
+            return answer(*args)
+
+        result = checker(changing, verbose=False)
+        assert result.status == "misconception" and result.misconception == STATE_CHANGED, result.message
+        assert words in result.message
+        assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+
+    return test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back

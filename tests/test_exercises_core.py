@@ -86,8 +86,9 @@ def test_error_is_reported_with_the_case_not_raised():
     result = check_function("demo", learner, lambda x: x, cases, verbose=False)
     assert result.status == "error" and not result.correct
     # The learner's own line, the arguments the checker passed, and the case's description.
+    line = learner.__code__.co_firstlineno + 1
     assert result.message == (
-        '[demo] your function raised ValueError: boom (in learner, line 82: `raise ValueError("boom")`). '
+        f'[demo] your function raised ValueError: boom (in learner, line {line}: `raise ValueError("boom")`). '
         "It was called with a tensor of shape (2,) (two ones); check which shapes your code assumes."
     )
 

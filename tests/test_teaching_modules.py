@@ -33,7 +33,11 @@ from mhsa_helpers.teaching.modules import (
 )
 
 CAUSAL = replace(RIGHT, causal=True, rope=True)
-SMALL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("chunks", 2, 6, (3, 2, 1)), Call("weights", 1, 4))),)
+SMALL = (
+    ModuleSetting(
+        8, 8, 2, rope_base=100.0, calls=(Call("full", 2, 5), Call("chunks", 2, 6, (3, 2, 1)), Call("weights", 1, 4))
+    ),
+)
 
 
 def check_causal(learner, settings=SMALL):
@@ -102,7 +106,7 @@ def test_every_mistake_of_the_recipe_is_named_as_itself(mistake):
     """A module computing the recipe with one wrong step: the checker finds it wrong, tells the symptom without
     the name, keeps the name (alone) and the idea for the next attempt, and the fix for a request."""
     learner = recipe_module(replace(CAUSAL, **mistake.change))
-    first = check_module("ex", learner, CAUSAL_CONTRACT, CAUSAL_SETTINGS, seed=6060, verbose=False)
+    first = check_causal(learner)
     assert first.misconception == mistake.name and first.key == f"mistake: {mistake.name}", first.message
     assert first.message == first.symptom and mistake.name not in first.message and mistake.hint not in first.message
     assert mistake.name in first.diagnosis and mistake.hint in first.diagnosis and mistake.fix not in first.diagnosis

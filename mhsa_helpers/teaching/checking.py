@@ -1353,8 +1353,8 @@ def _check(
                 used += found
         except Exception as exc:  # the learner's code may fail in any way; report, don't crash the notebook
             return state_changed(exercise, run.changes) if run.changes else _failure(exercise, exc, learner, case)
-    if run.changes:
-        return state_changed(exercise, run.changes)
+        if run.changes:  # seen on this case already: the other cases cannot change what the learner is told
+            return state_changed(exercise, run.changes)
     nothing = _returns_nothing(learner_outputs, expected_outputs)
     if nothing is not None:
         return CheckResult(

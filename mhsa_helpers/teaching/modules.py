@@ -74,6 +74,7 @@ __all__ = [
     "explained",
     "load_package_weights",
     "module_is_written",
+    "projection",
     "run_call",
 ]
 
@@ -160,7 +161,9 @@ def copy_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.
     return load_package_weights(mine, theirs)
 
 
-def _linear(module: nn.Module, name: str) -> nn.Linear:
+def projection(module: nn.Module, name: str) -> nn.Linear:
+    """The learner's ``nn.Linear`` named ``name`` (``w_q``, ``w_k``, ``w_v`` or ``w_o``) of ``module``; TypeError
+    when there is none."""
     layer = getattr(module, name, None)
     if not isinstance(layer, nn.Linear):
         raise TypeError(
@@ -188,7 +191,7 @@ def copy_gqa_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.Modu
         )
     if theirs.rope.scaling is not None:
         raise ValueError(f"theirs stretches RoPE ({theirs.rope.scaling}); notebook 06's module does not")
-    w_q, w_k, w_v, w_o = (_linear(mine, name) for name in ("w_q", "w_k", "w_v", "w_o"))
+    w_q, w_k, w_v, w_o = (projection(mine, name) for name in ("w_q", "w_k", "w_v", "w_o"))
     d_model, d_in, heads, d_head = theirs.d_model, theirs.d_in, theirs.num_heads, theirs.d_head
     groups = heads // theirs.num_kv_heads
     for name, layer, shape in (("w_q", w_q, (d_model, d_in)), ("w_k", w_k, (d_model, d_in)),

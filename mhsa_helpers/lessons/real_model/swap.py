@@ -26,19 +26,9 @@ from ...block import LlamaBlock
 from ...kv_cache import KVCache
 from ...mha import MultiHeadSelfAttention
 from ...real_model import CausalLM
-from ...teaching.modules import copy_gqa_weights
+from ...teaching.modules import copy_gqa_weights, projection
 
 __all__ = ["YourAttention", "copy_gqa_weights", "with_attention"]
-
-
-def _linear(module: nn.Module, name: str) -> nn.Linear:
-    layer = getattr(module, name, None)
-    if not isinstance(layer, nn.Linear):
-        raise TypeError(
-            f"mine must have an nn.Linear named {name} (notebook 06's MyCausalSelfAttention: w_q, w_k, w_v, w_o), "
-            f"got {type(layer).__name__} in {type(module).__name__}"
-        )
-    return layer
 
 
 class YourAttention(nn.Module):
@@ -53,7 +43,7 @@ class YourAttention(nn.Module):
 
     @property
     def out_proj(self) -> nn.Module:
-        return _linear(self.module, "w_o")
+        return projection(self.module, "w_o")
 
     def forward(
         self,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from checker_table import catalogue_tests, table_tests
+from checker_table import catalogue_tests, state_change_tests, table_tests
 from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.induction_heads import (
@@ -326,27 +326,7 @@ RIGHT = {
     "repeat_chunk": (check_repeat_chunk, loop_repeat),
     "ablate_head": (check_ablate_head, slice_ablate),
 }
-STATE_CHANGES = {
-    "grad off": (lambda: torch.set_grad_enabled(False), "turned gradients off"),
-    "default dtype": (lambda: torch.set_default_dtype(torch.float64), "changed the default dtype"),
-    "seed": (lambda: torch.manual_seed(1234), "reset PyTorch's global random generator"),
-}
-
-
-@pytest.mark.parametrize("change", sorted(STATE_CHANGES))
-@pytest.mark.parametrize("name", sorted(RIGHT))
-def test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back(name, change):
-    checker, right = RIGHT[name]
-    make_change, words = STATE_CHANGES[change]
-
-    def answer(*args):
-        make_change()
-        return right(*args)
-
-    result = checker(answer, verbose=False)
-    assert result.status == "misconception" and result.misconception == STATE_CHANGED, result.message
-    assert words in result.message
-    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back = state_change_tests(RIGHT)
 
 
 def test_an_answer_that_resets_the_seed_to_0_is_told_so():
@@ -463,22 +443,3 @@ def exercise_outputs() -> dict[str, str]:
         for name in called:
             outputs[name] = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
     return outputs
-
-
-def test_no_exercise_cell_of_the_notebook_names_a_mistake_or_states_its_fix():
-    outputs = exercise_outputs()
-    assert set(outputs) == {"untrained_prediction", "induction_score", "repeat_chunk", "ablate_head"}
-    told = [
-        text
-        for mistakes in (
-            exercises.UNTRAINED_MISCONCEPTIONS,
-            exercises.INDUCTION_MISCONCEPTIONS,
-            exercises.REPEAT_MISCONCEPTIONS,
-            exercises.ABLATE_MISCONCEPTIONS,
-        )
-        for m in mistakes
-        for text in (m.name, m.hint, m.fix)
-        if text
-    ]
-    assert not [(name, text) for name, output in outputs.items() for text in told if text in output]
-    assert outputs["ablate_head"].startswith("[ablate_head] still the original")

@@ -9,14 +9,13 @@ committed notebook names a mistake.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from checker_table import catalogue_tests, table_tests
+from checker_table import catalogue_tests, state_change_tests, table_tests
 from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.attention_at_scale import (
@@ -26,7 +25,6 @@ from mhsa_helpers.lessons.attention_at_scale import (
     check_online_update,
     exercises,
 )
-from mhsa_helpers.teaching.checking import STATE_CHANGED
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "08_attention_at_scale.ipynb"
 
@@ -224,27 +222,7 @@ RIGHT = {
     "expand_kv": (check_expand_kv, expand),
     "kv_cache_bytes": (check_kv_cache_bytes, cache_bytes),
 }
-STATE_CHANGES = {
-    "grad off": (lambda: torch.set_grad_enabled(False), "turned gradients off"),
-    "default dtype": (lambda: torch.set_default_dtype(torch.float64), "changed the default dtype"),
-    "seed": (lambda: torch.manual_seed(1234), "reset PyTorch's global random generator"),
-}
-
-
-@pytest.mark.parametrize("change", sorted(STATE_CHANGES))
-@pytest.mark.parametrize("name", sorted(RIGHT))
-def test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back(name, change):
-    checker, right = RIGHT[name]
-    make_change, words = STATE_CHANGES[change]
-
-    def answer(*args):
-        make_change()
-        return right(*args)
-
-    result = checker(answer, verbose=False)
-    assert result.status == "misconception" and result.misconception == STATE_CHANGED, result.message
-    assert words in result.message
-    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back = state_change_tests(RIGHT)
 
 
 # ------------------------------------------------------------------ a catalogue of learner slips
@@ -303,25 +281,3 @@ test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_count
 
 
 # ------------------------------------------------------------------ the committed notebook
-
-
-def test_no_exercise_cell_of_the_notebook_names_a_mistake_or_states_its_fix():
-    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
-    outputs = [
-        "".join("".join(output.get("text", "")) for output in cell.get("outputs", []))
-        for cell in cells
-        if "result = check_" in "".join(cell["source"])
-    ]
-    assert len(outputs) == 4
-    told = [
-        text
-        for mistakes in (
-            exercises.ONLINE_UPDATE_MISCONCEPTIONS,
-            exercises.ONLINE_ATTENTION_MISCONCEPTIONS,
-            exercises.EXPAND_KV_MISCONCEPTIONS,
-            exercises.KV_CACHE_BYTES_MISCONCEPTIONS,
-        )
-        for m in mistakes
-        for text in (m.name, m.hint, m.fix)
-    ]
-    assert not [text for output in outputs for text in told if text in output]

@@ -9,16 +9,14 @@ accepted. No exercise cell of the committed notebook names a mistake.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from checker_table import catalogue_tests, table_tests
+from checker_table import catalogue_tests, state_change_tests, table_tests
 from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.long_context import check_alibi_bias, check_ntk_frequencies, check_window_mask, exercises
-from mhsa_helpers.teaching.checking import STATE_CHANGED
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "09_long_context.ipynb"
 
@@ -153,27 +151,9 @@ def test_a_right_answer_computed_in_float32_is_accepted():
 
 # ------------------------------------------------------------------ the notebook's settings are not the answer's
 
-STATE_CHANGES = {
-    "grad off": (lambda: torch.set_grad_enabled(False), "turned gradients off"),
-    "default dtype": (lambda: torch.set_default_dtype(torch.float64), "changed the default dtype"),
-    "seed": (lambda: torch.manual_seed(1234), "reset PyTorch's global random generator"),
-}
-
-
-@pytest.mark.parametrize("change", sorted(STATE_CHANGES))
-@pytest.mark.parametrize("name", sorted(CHECKERS))
-def test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back(name, change):
-    checker, right, _ = CHECKERS[name]
-    make_change, words = STATE_CHANGES[change]
-
-    def answer(*args):
-        make_change()
-        return right(*args)
-
-    result = checker(answer, verbose=False)
-    assert result.status == "misconception" and result.misconception == STATE_CHANGED, result.message
-    assert words in result.message
-    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+test_a_right_answer_that_changes_a_global_setting_is_told_so_and_the_setting_is_back = state_change_tests(
+    {name: (checker, right) for name, (checker, right, _) in CHECKERS.items()}
+)
 
 
 # ------------------------------------------------------------------ a catalogue of learner slips
@@ -231,20 +211,3 @@ test_no_checker_accepts_a_wrong_answer_and_names_it, test_the_catalogue_is_count
 
 
 # ------------------------------------------------------------------ the committed notebook
-
-
-def test_no_exercise_cell_of_the_notebook_names_a_mistake_or_states_its_fix():
-    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
-    outputs = [
-        "".join("".join(output.get("text", "")) for output in cell.get("outputs", []))
-        for cell in cells
-        if "result = check_" in "".join(cell["source"])
-    ]
-    assert len(outputs) == 3
-    told = [
-        text
-        for mistakes in (exercises.WINDOW_MISCONCEPTIONS, exercises.ALIBI_MISCONCEPTIONS, exercises.NTK_MISCONCEPTIONS)
-        for m in mistakes
-        for text in (m.name, m.hint, m.fix)
-    ]
-    assert not [text for output in outputs for text in told if text in output]
