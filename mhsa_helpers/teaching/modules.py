@@ -566,11 +566,14 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class _Probe:
+    """Crafted weights ``params`` and input ``x`` (fed in ``chunks`` through a cache when given), where to look
+    when a module differs on them, and the steps (``options``: changes to a recipe) that can change its numbers."""
+
     look: str
     params: Params
     x: torch.Tensor
+    options: Callable[[Recipe, Contract], Iterator[dict[str, Any]]]
     chunks: tuple[int, ...] = ()
-    options: Callable[[Recipe, Contract], Iterator[dict[str, Any]]] = lambda recipe, contract: iter([{}])
 
 
 def _product(**choices: Sequence[Any]) -> Iterator[dict[str, Any]]:
@@ -689,8 +692,8 @@ def _probes(contract: Contract) -> list[_Probe]:
                 "reads from the cache (the positions' and the mask's offset) and what it appends",
                 reading,
                 own_content,
-                _CHUNKS,
                 options=_cache_options,
+                chunks=_CHUNKS,
             )
         )
     return probes
@@ -1169,9 +1172,17 @@ def _check_module(exercise, learner, contract, settings, seed, shortcuts) -> Che
             f"[{exercise}] not yet: pass your nn.Module class itself (e.g. MyModule), you passed {what}.",
         )
     generator = torch.Generator().manual_seed(seed)
-    every = [*settings, *_drawn_settings(learner, contract)]
+    drawn = _drawn_settings(learner, contract)
     counted = 0
-    for number, setting in enumerate(every):
+    for number, setting in enumerate([*settings, *drawn]):
+        if number == len(settings):  # the given sizes hold: before the drawn ones, does training reach every weight?
+            module = _build(exercise, learner, contract, settings[0])
+            if isinstance(module, CheckResult):
+                return module
+            x = torch.randn(2, 5, settings[0].d_in, generator=generator)
+            gradients = _gradients_reach_every_weight(exercise, module, x)
+            if gradients is not None:
+                return gradients
         module = _build(exercise, learner, contract, setting)
         if isinstance(module, CheckResult):
             return module
@@ -1186,30 +1197,23 @@ def _check_module(exercise, learner, contract, settings, seed, shortcuts) -> Che
             return CheckResult(
                 exercise, "incorrect", f"[{exercise}] not yet: {setting.describe(contract, _name(learner))}: {error}."
             )
-        cases = [
-            Case(
-                (torch.randn(c.batch, c.seq, setting.d_in, generator=generator).to(setting.dtype), c),
-                description=c.describe(setting.d_in),
-            )
-            for c in setting.calls
-        ]
-        counted += len(cases)
-        for case in cases:
-            call = case.args[1]
+        for call in setting.calls:
+            x = torch.randn(call.batch, call.seq, setting.d_in, generator=generator).to(setting.dtype)
+            counted += 1
 
             @functools.wraps(run_call)
-            def learner_call(x, call, _module=module):
+            def learner_call(x, _module=module, _call=call):
                 # Random numbers drawn in forward (dropout) are named by the behaviour seen, not as a setting changed.
                 with torch.random.fork_rng(devices=[]):
-                    return run_call(_module, x, call)
+                    return run_call(_module, x, _call)
 
             # Errors point into the learner's forward, and an argument changed in place is named after its parameter.
             learner_call.__wrapped__ = module.forward  # read by inspect.unwrap
             found = judge(
                 exercise,
                 learner_call,
-                lambda x, call, _theirs=theirs: run_call(_theirs, x, call, KVCache),
-                [case],
+                lambda x, _theirs=theirs, _call=call: run_call(_theirs, x, _call, KVCache),
+                [Case((x,), description=call.describe(setting.d_in))],
                 output_names=call.outputs(),
                 shortcuts=shortcuts if number == 0 else (),
             )
@@ -1220,20 +1224,12 @@ def _check_module(exercise, learner, contract, settings, seed, shortcuts) -> Che
                     if seen is not None:
                         return seen
                 return _told(exercise, learner, contract, setting, found, number >= len(settings))
-    module = _build(exercise, learner, contract, settings[0])
-    if isinstance(module, CheckResult):
-        return module
-    gradients = _gradients_reach_every_weight(
-        exercise, module, torch.randn(2, 5, settings[0].d_in, generator=generator)
-    )
-    if gradients is not None:
-        return gradients
     return CheckResult(
         exercise,
         "correct",
         f"[{exercise}] correct: gradients reach every weight, and with the package's weights copied in your module "
-        f"gives the package's outputs in {len(every)} module sizes ({len(settings)} given, "
-        f"{len(every) - len(settings)} drawn for your code), on all {counted} calls.",
+        f"gives the package's outputs in {len(settings) + len(drawn)} module sizes ({len(settings)} given, "
+        f"{len(drawn)} drawn for your code), on all {counted} calls.",
     )
 
 
