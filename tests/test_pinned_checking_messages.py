@@ -251,3 +251,11 @@ def test_a_rejected_answer_names_its_exercise():
     assert result.message == (
         "[ex] not yet: return a boolean mask. It was called with a tensor of shape (2,) (two zeros)."
     )
+
+
+def test_a_rejection_that_asks_a_question_keeps_its_question_mark():
+    def learner(x):
+        raise AnswerRejected("is this a mask?")
+
+    result = check_function("ex", learner, lambda x: x, TWO_ZEROS, verbose=False)
+    assert result.message == "[ex] not yet: is this a mask? It was called with a tensor of shape (2,) (two zeros)."

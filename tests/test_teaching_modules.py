@@ -20,7 +20,6 @@ from mhsa_helpers.teaching.attention_recipe import RIGHT, attend, package_parame
 from mhsa_helpers.teaching.claims import ClaimError, claim
 from mhsa_helpers.teaching.modules import (
     CAUSAL_CONTRACT,
-    CAUSAL_SETTINGS,
     MODULE_MISTAKES,
     MULTI_HEAD_CONTRACT,
     Call,

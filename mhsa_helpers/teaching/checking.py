@@ -1210,7 +1210,8 @@ def _failure(exercise: str, exc: Exception, learner: Callable[..., Any], case: C
             )
         return CheckResult(exercise, "misconception", f"[{exercise}] not yet: {message}", misconception=IN_PLACE)
     if isinstance(exc, AnswerRejected):
-        return CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {exc}. {_with_case(case)}.")
+        said = str(exc) if str(exc).endswith(("?", ".", "!")) else f"{exc}."
+        return CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {said} {_with_case(case)}.")
     frames = _learner_frames(exc.__traceback__, learner)
     if frames is None:
         # The error never reached the learner's code: either the call itself did not fit the
