@@ -1,16 +1,13 @@
 """Modules written as a learner would write them (plain tensor code, no ``mhsa_helpers``), shared by the tests
 of notebooks 04, 06, 07 and 11: notebook 04's multi-head module and notebook 06's causal module, each right or
-with slips switched on; and a module that computes any recipe of ``teaching.attention_recipe``."""
+with slips switched on."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 from torch import nn
-
-from mhsa_helpers.teaching.attention_recipe import attend
 
 
 def split(x, num_heads, *, view_only=False, strided=False):
@@ -98,7 +95,16 @@ def causal_module(**slip):
 
         def forward(self, x, cache=None, need_weights=False):
             seq, base = x.shape[-2], 10000.0 if slip.get("base_ignored") else self.rope_base
-            q, k, v = (split(w(x), self.num_heads) for w in (self.w_q, self.w_k, self.w_v))
+            heads = 1 if slip.get("one_head") else self.num_heads
+            q, k, v = (w(x) for w in (self.w_q, self.w_k, self.w_v))
+            if slip.get("rope_before_split"):  # over the whole width, with d_model's frequencies
+                where = (0 if cache is None else cache.length) + torch.arange(seq)
+                q, k = rotate(q, where, base), rotate(k, where, base)
+                v = rotate(v, where, base) if slip.get("rope_v") else v
+            q, k, v = (
+                split(t, heads, view_only=slip.get("view_only", False), strided=slip.get("strided", False))
+                for t in (q, k, v)
+            )
             if slip.get("append_first") and cache is not None:
                 k, v = cache.append(k, v)  # before reading past: the new keys go in unrotated
             past = 0 if cache is None else cache.length
@@ -107,7 +113,7 @@ def causal_module(**slip):
             if slip.get("counts_calls"):  # positions kept on self: the second call starts further on
                 past += self.calls
                 self.calls += seq
-            start = {"zero": 0, "plus_one": past + 1}.get(slip.get("positions"), past)
+            start = {"zero": 0, "plus_one": past + 1, "after_append": past + seq}.get(slip.get("positions"), past)
             positions = start + torch.arange(seq)
 
             def turn(t, where=positions):
@@ -117,9 +123,10 @@ def causal_module(**slip):
                 )  # fmt: skip
 
             raw_k = k
-            q = q if slip.get("keys_only") else turn(q)
-            k = turn(k)
-            if slip.get("rope_v"):
+            unrotated = slip.get("no_rope") or slip.get("rope_before_split")
+            q = q if slip.get("keys_only") or unrotated else turn(q)
+            k = k if slip.get("queries_only") or unrotated else turn(k)
+            if slip.get("rope_v") and not unrotated:
                 v = turn(v)
             if cache is not None and not slip.get("append_first"):
                 if slip.get("cache_unrotated"):
@@ -131,7 +138,10 @@ def causal_module(**slip):
                 else:
                     k, v = cache.append(k, v)
             total = k.shape[-2]
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            d = q.shape[-1]
+            scale = {"d_head": math.sqrt(d), "d_model": math.sqrt(self.w_q.out_features),
+                     "d_head no sqrt": d, "none": 1.0}[slip.get("scale", "d_head")]  # fmt: skip
+            scores = (k @ q.transpose(-2, -1) if slip.get("kq") else q @ k.transpose(-2, -1)) / scale
             if slip.get("buffer_16"):
                 allowed = torch.ones(16, 16, dtype=torch.bool).tril()[past : past + seq, :total]
             else:
@@ -141,47 +151,18 @@ def causal_module(**slip):
             fast = slip.get("fast_path_without_mask") and cache is None and not need_weights
             if not slip.get("no_mask") and not fast:
                 scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores, dim=-1)
-            merged = merge(weights @ v)
+            weights = torch.softmax(scores, dim=slip.get("softmax_dim", -1))
+            merged = merge(weights @ v, reshape_only=slip.get("reshape_only", False))
             if slip.get("batch_mixed") and merged.shape[0] > 1:  # the batch flattened with the positions somewhere
                 merged = merged.reshape(1, -1, merged.shape[-1]).roll(1, 1).reshape(merged.shape)
             if slip.get("batch_mixed_in_float64") and x.dtype == torch.float64 and merged.shape[0] > 1:
                 merged = merged.roll(1, 0)
-            out = self.w_o(merged)
+            out = merged if slip.get("no_w_o") else self.w_o(merged)
             if slip.get("always_weights"):
                 return out, weights
             return (out, weights) if need_weights and not slip.get("weights_dropped") else out
 
     return MyCausalSelfAttention
-
-
-def recipe_module(recipe):
-    """A module (notebook 06's constructor and forward) that computes ``recipe`` from its own layers."""
-
-    class Recipe(nn.Module):
-        def __init__(self, *args, d_in=None, bias=True, rope_base=10000.0):
-            super().__init__()
-            d_in, d_model, num_heads = args if len(args) == 3 else (d_in or args[0], *args)
-            self.w_q, self.w_k, self.w_v = (nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
-            self.w_o = nn.Linear(d_model, d_model, bias=bias)
-            self.num_heads, self.rope_base = num_heads, rope_base
-
-        def forward(self, x, cache=None, need_weights=False):
-            params = {}
-            for name in "qkvo":
-                layer = getattr(self, f"w_{name}")
-                params[f"w_{name}"], params[f"b_{name}"] = layer.weight, layer.bias
-            held = None
-            if cache is not None and cache.length:  # all keys and values so far, through the contract's append
-                empty = torch.zeros(x.shape[0], self.num_heads, 0, self.w_q.out_features // self.num_heads)
-                held = cache.append(empty.to(x.dtype), empty.to(x.dtype))
-            out, weights, (k, v) = attend(replace(recipe, rope_base=self.rope_base), params, x, self.num_heads, held)
-            if cache is not None:
-                start = cache.length
-                cache.append(k[..., start:, :], v[..., start:, :])
-            return (out, weights) if need_weights else out
-
-    return Recipe
 
 
 def attention_ok(q, k, v, mask=None):

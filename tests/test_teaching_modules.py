@@ -3,7 +3,8 @@ recipe it diagnoses with (``mhsa_helpers.teaching.attention_recipe``).
 
 The right recipe is held against the package's module (an independent implementation: fused projections,
 its own RoPE tables and cache); the diagnosis is held against modules written as a learner writes them
-(``learner_modules``), each with one or two slips, and against every mistake the recipe can make.
+(``learner_modules``), each with one or two slips: one for every mistake the recipe can make, which computes
+what the recipe with that wrong step computes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from learner_modules import causal_module, multi_head_module, recipe_module
+from learner_modules import causal_module, multi_head_module
 
 import mhsa_helpers as mh
 from mhsa_helpers.teaching import feedback
@@ -22,12 +23,14 @@ from mhsa_helpers.teaching.modules import (
     CAUSAL_CONTRACT,
     MODULE_MISTAKES,
     MULTI_HEAD_CONTRACT,
+    CacheWithLengthAndAppend,
     Call,
     ModuleSetting,
     check_module,
     diagnose,
     explain,
     explained,
+    load_package_weights,
     run_call,
 )
 
@@ -37,6 +40,9 @@ SMALL = (
         8, 8, 2, rope_base=100.0, calls=(Call("full", 2, 5), Call("chunks", 2, 6, (3, 2, 1)), Call("weights", 1, 4))
     ),
 )
+
+
+RECIPE_MISTAKES = [m for m in MODULE_MISTAKES if m.name != "a causal mask in a module without one"]
 
 
 def check_causal(learner, settings=SMALL):
@@ -76,6 +82,76 @@ def test_the_right_recipe_is_the_packages_module_full_with_weights_and_in_chunks
             start += size
 
 
+#: Each slip of a module written by hand (``learner_modules.causal_module``) and the recipe's steps it changes.
+SLIPS_AS_RECIPES = [
+    ({"view_only": True}, {"split": "view"}),
+    ({"view_only": True, "reshape_only": True}, {"split": "view", "merge": "reshape"}),
+    ({"strided": True}, {"split": "strided"}),
+    ({"reshape_only": True}, {"merge": "reshape"}),
+    ({"no_w_o": True}, {"project_out": False}),
+    ({"one_head": True}, {"one_head": True}),
+    ({"scale": "d_model"}, {"scale": "sqrt d_model"}),
+    ({"scale": "d_head no sqrt"}, {"scale": "d_head"}),
+    ({"scale": "none"}, {"scale": "none"}),
+    ({"kq": True}, {"scores": "k q"}),
+    ({"softmax_dim": -2}, {"softmax_dim": -2}),
+    ({"softmax_dim": -3}, {"softmax_dim": -3}),
+    ({"no_mask": True}, {"causal": False}),
+    ({"rope_v": True}, {"rotated": "qkv"}),
+    ({"no_rope": True}, {"rotated": ""}),
+    ({"queries_only": True}, {"rotated": "q"}),
+    ({"keys_only": True}, {"rotated": "k"}),
+    ({"half_split": True}, {"pairs": "half_split"}),
+    ({"exponent": "i/d"}, {"frequencies": "i/d"}),
+    ({"exponent": "2i//d"}, {"frequencies": "2i//d"}),
+    ({"rope_before_split": True}, {"frequencies": "d_model"}),
+    ({"rope_before_split": True, "rope_v": True}, {"frequencies": "d_model", "rotated": "qkv"}),
+    ({"sign": -1}, {"sign": -1}),
+    ({"base_ignored": True}, {"base": 10000.0}),
+    ({"positions": "zero"}, {"positions": "zero"}),
+    ({"positions": "after_append"}, {"positions": "past+new"}),
+    ({"mask_top_left": True}, {"mask": "top-left"}),
+    ({"cache_unrotated": True}, {"cached_keys": "unrotated"}),
+    ({"cache_rotated_twice": True}, {"cached_keys": "rotated twice"}),
+    ({"half_split": True, "sign": -1, "positions": "after_append"}, {"pairs": "half_split", "sign": -1,
+                                                                     "positions": "past+new"}),
+]  # fmt: skip
+
+
+def test_every_mistake_of_notebook_06s_recipe_has_a_slip_written_by_hand():
+    changes = [change for _, change in SLIPS_AS_RECIPES]
+    for mistake in RECIPE_MISTAKES:
+        assert any(all(change.get(k) == v for k, v in mistake.change.items()) for change in changes), mistake.name
+
+
+@pytest.mark.parametrize(
+    ("slips", "change"),
+    # ids without "/" (which mutmut cannot select): the slips' names and a number
+    [pytest.param(*pair, id=f"{i}-{'+'.join(pair[0])}") for i, pair in enumerate(SLIPS_AS_RECIPES)],
+)
+def test_a_recipe_with_a_wrong_step_computes_what_a_module_with_that_slip_computes(slips, change):
+    """Whole, and fed through one cache in chunks of 3, 2 and 1 (K·Qᵀ only whole: its shapes need every key to
+    be a query)."""
+    torch.manual_seed(5)
+    theirs = mh.MultiHeadSelfAttention(12, 3, causal=True, rope=True, rope_base=100.0).double()
+    for parameter in theirs.parameters():  # random biases too
+        torch.nn.init.normal_(parameter, std=0.4)
+    mine = load_package_weights(causal_module(**slips)(12, 3, rope_base=100.0).double(), theirs)
+    params, recipe = package_parameters(theirs), replace(CAUSAL, rope_base=100.0, **change)
+    x = torch.randn(2, 6, 12, dtype=torch.float64)
+    with torch.no_grad():
+        # (softmax over the heads gives NaN where a key is hidden from every head: at the same places)
+        torch.testing.assert_close(attend(recipe, params, x, 3)[0], mine(x), equal_nan=True)
+        if "kq" in slips:
+            return
+        cache, held, start = CacheWithLengthAndAppend(), None, 0
+        for size in (3, 2, 1):
+            want, _, held = attend(recipe, params, x[:, start : start + size], 3, held)
+            got = mine(x[:, start : start + size], cache=cache)
+            torch.testing.assert_close(want, got, equal_nan=True, msg=f"chunk at {start}")
+            start += size
+
+
 def test_a_recipe_names_the_steps_it_gets_wrong():
     wrong = replace(CAUSAL, scale="d_head", pairs="half_split", causal=False)
     assert wrong.mistakes(CAUSAL) == {"scale": "d_head", "pairs": "half_split", "causal": False}
@@ -97,15 +173,19 @@ def test_run_call_feeds_chunks_through_one_cache_and_names_its_outputs():
 # ------------------------------------------------------------------ naming by isolating
 
 
-RECIPE_MISTAKES = [m for m in MODULE_MISTAKES if m.name != "a causal mask in a module without one"]
+def slip_of(mistake):
+    """The slip of a module written by hand that makes exactly ``mistake``."""
+    return next(slips for slips, change in SLIPS_AS_RECIPES if change == mistake.change)
 
 
-@pytest.mark.parametrize("mistake", RECIPE_MISTAKES, ids=lambda m: m.name)
+# ids without "/" or "√" (which mutmut cannot select)
+@pytest.mark.parametrize(
+    "mistake", RECIPE_MISTAKES, ids=lambda m: "+".join(f"{k}={v}" for k, v in slip_of(m).items()).replace("/", " over ")
+)
 def test_every_mistake_of_the_recipe_is_named_as_itself(mistake):
-    """A module computing the recipe with one wrong step: the checker finds it wrong, tells the symptom without
-    the name, keeps the name (alone) and the idea for the next attempt, and the fix for a request."""
-    learner = recipe_module(replace(CAUSAL, **mistake.change))
-    first = check_causal(learner)
+    """A module written by hand with one wrong step: the checker finds it wrong, tells the symptom without the
+    name, keeps the name (alone) and the idea for the next attempt, and the fix for a request."""
+    first = check_causal(causal_module(**slip_of(mistake)))
     assert first.misconception == mistake.name and first.key == f"mistake: {mistake.name}", first.message
     assert first.message == first.symptom and mistake.name not in first.message and mistake.hint not in first.message
     assert mistake.name in first.diagnosis and mistake.hint in first.diagnosis and mistake.fix not in first.diagnosis
@@ -210,7 +290,7 @@ def test_a_later_token_changing_an_earlier_output_is_a_symptom_the_probes_explai
     assert result.misconception == "no causal mask" and "changing the last two tokens changed the outputs" in (
         result.message
     )
-    view = check_causal(recipe_module(replace(CAUSAL, split="view", merge="reshape")))
+    view = check_causal(causal_module(view_only=True, reshape_only=True))
     assert view.misconception == "view without transpose when splitting" and "mask" not in view.message
 
 

@@ -1163,7 +1163,14 @@ def check_module(
     return result
 
 
-def _check_module(exercise, learner, contract, settings, seed, shortcuts) -> CheckResult:
+def _check_module(
+    exercise: str,
+    learner: Any,
+    contract: Contract,
+    settings: Sequence[ModuleSetting],
+    seed: int,
+    shortcuts: Sequence[str],
+) -> CheckResult:
     if isinstance(learner, nn.Module) or not callable(learner):
         what = f"a module made from {type(learner).__name__}" if isinstance(learner, nn.Module) else "no class"
         return CheckResult(
