@@ -38,7 +38,10 @@ def test_a_correct_answer_has_nothing_to_hint_or_reveal(capsys, request_):
 @pytest.mark.parametrize("request_", ["hint", "reveal"])
 def test_an_answer_not_attempted_is_sent_to_the_exercises_hints(capsys, request_):
     stub = CheckResult("ex", "not_attempted", "[ex] not attempted yet.", key="mistake: doubled", fix="[ex] a fix")
-    assert printed(capsys, stub, request_) == ["[ex] start from the hints under the exercise, then run the check."]
+    assert printed(capsys, stub, request_) == [
+        "[ex] nothing to hint yet: write your answer where it says `raise NotImplementedError` (or replace the "
+        "`None`), then run the check."
+    ]
 
 
 def test_an_error_is_hinted_by_its_own_message_even_with_a_key(capsys):

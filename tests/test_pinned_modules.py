@@ -129,14 +129,16 @@ def test_module_is_written_says_what_to_do_until_the_class_runs(capsys):
 
 def test_explain_says_the_cause_in_one_line_and_nothing_for_a_right_module():
     assert explain(causal_module(half_split=True)) == (
-        f"The cause, found by checking your module as {EXERCISE} does: 'rotating pairs half-split instead of "
-        "interleaved'. Revisit that exercise."
+        f"What the checker of {EXERCISE} finds in your module (the likely cause): 'rotating pairs half-split "
+        "instead of interleaved'. Revisit that exercise."
     )
     told = explain(causal_module(weights_dropped=True), exercise="the exercise")
-    assert told.startswith("The cause, found by checking your module as the exercise does: 'need_weights=True")
+    assert told.startswith(
+        "What the checker of the exercise finds in your module (the likely cause): 'need_weights=True"
+    )
     assert explain(causal_module()) == ""
     unknown = explain(causal_module(buffer_16=True))
-    assert unknown.startswith(f"The cause, found by checking your module as {EXERCISE} does: ") and (
+    assert unknown.startswith(f"What the checker of {EXERCISE} finds in your module (the likely cause): ") and (
         "RuntimeError" in unknown and unknown.endswith("Revisit that exercise.")
     )
 
@@ -145,7 +147,7 @@ def test_explained_prints_the_cause_once_and_lets_the_failure_show(capsys):
     with pytest.raises(ZeroDivisionError), explained(causal_module(mask_top_left=True)):
         raise ZeroDivisionError
     assert capsys.readouterr().out == (
-        f"The cause, found by checking your module as {EXERCISE} does: 'mask not offset by the cache'. "
+        f"What the checker of {EXERCISE} finds in your module (the likely cause): 'mask not offset by the cache'. "
         "Revisit that exercise.\n"
     )
     with pytest.raises(ZeroDivisionError), explained(causal_module()):

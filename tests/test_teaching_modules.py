@@ -284,6 +284,45 @@ def test_notebook_04s_module_behaviour_is_named_at_once(slips, name):
     assert result.misconception == name, result.message
 
 
+def test_a_module_that_leaves_out_what_no_gradient_reaches_in_theory_is_right():
+    """Notebook 04's key bias adds q · b_k to every score of a row, which the softmax ignores: a module that
+    leaves it out computes the same function, and no gradient reaching it is no mistake."""
+
+    class WeightAlone(torch.nn.Linear):
+        def forward(self, x):
+            return torch.nn.functional.linear(x, self.weight)
+
+    class WithoutKeyBias(multi_head_module()):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.w_k.__class__ = WeightAlone  # its bias stays a parameter, and is never used
+
+    setting = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
+    assert check_module("ex", WithoutKeyBias, MULTI_HEAD_CONTRACT, setting, seed=1, verbose=False).correct
+
+
+def test_notebook_04s_module_is_told_about_its_own_contract_without_a_cache():
+    class Paired(multi_head_module()):
+        def forward(self, x):
+            return super().forward(x), None
+
+    class Counting(multi_head_module()):
+        calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return super().forward(x) * self.calls
+
+    setting = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
+    paired = check_module("ex", Paired, MULTI_HEAD_CONTRACT, setting, seed=1, verbose=False)
+    assert (
+        paired.misconception == "returns a tuple, not the output" and "need_weights" not in paired.message + paired.fix
+    )
+    counting = check_module("ex", Counting, MULTI_HEAD_CONTRACT, setting, seed=1, verbose=False)
+    assert counting.misconception == "something kept from one call to the next"
+    assert "cache" not in counting.message + counting.fix and "from its input alone" in counting.message
+
+
 def test_a_later_token_changing_an_earlier_output_is_a_symptom_the_probes_explain():
     """No mask and a split that mixes positions both let the future in: the probes tell them apart."""
     result = check_causal(causal_module(no_mask=True))

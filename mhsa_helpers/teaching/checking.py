@@ -207,7 +207,8 @@ class CheckResult:
             print(
                 {
                     "correct": f"[{self.exercise}] nothing to hint: your answer is correct.",
-                    "not_attempted": f"[{self.exercise}] start from the hints under the exercise, then run the check.",
+                    "not_attempted": f"[{self.exercise}] nothing to hint yet: write your answer where it says "
+                    "`raise NotImplementedError` (or replace the `None`), then run the check.",
                 }.get(self.status, f"[{self.exercise}] {self.message.split('] ', 1)[-1]}")
             )
             return
@@ -1268,8 +1269,10 @@ def _detects(mistake: Misconception, run: _Run) -> bool:
 
 
 def _some(descriptions: Sequence[str]) -> str:
-    shown = ", ".join(f"'{d}'" for d in descriptions[:2])
-    return shown + (f" and {len(descriptions) - 2} more" if len(descriptions) > 2 else "")
+    quoted = [f"'{d}'" for d in descriptions]
+    if len(quoted) <= 2:
+        return " and ".join(quoted)
+    return f"{', '.join(quoted[:2])} and {len(quoted) - 2} more"
 
 
 def _where(cases: Sequence[Case], differences: Sequence[str | None], taught: int) -> str:
@@ -1302,7 +1305,7 @@ def _diagnosed(
         options = " Or ".join(f"'{m.name}': {m.hint}" for m in by_name)
         diagnosis = (
             f"[{exercise}] not yet: your numbers fit {len(by_name)} known mistakes, which give the same results on "
-            f"these cases; look for either. {options}{reveal}"
+            f"these cases; look for {'either' if len(by_name) == 2 else 'one of them'}. {options}{reveal}"
         )
         fix = " ".join(f"[{exercise}] the fix for '{m.name}': {m.fix}" for m in by_name if m.fix)
     return CheckResult(
@@ -1310,8 +1313,12 @@ def _diagnosed(
         "misconception",
         "",
         misconception=by_name[0].name,
-        symptom=f"[{exercise}] not yet: {where}.{' ' + symptom if symptom else ''} This is a known mistake: "
-        "`result.hint()` names it.",
+        symptom=f"[{exercise}] not yet: {where}.{' ' + symptom if symptom else ''} "
+        + (
+            "This is a known mistake: `result.hint()` names it."
+            if len(by_name) == 1
+            else "Known mistakes fit it: `result.hint()` names them."
+        ),
         diagnosis=diagnosis,
         fix=fix,
         case=case,

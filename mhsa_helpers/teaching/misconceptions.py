@@ -87,8 +87,8 @@ def wrong_axes_misconceptions(use: Callable[..., Any]) -> list[Misconception]:
 POLARITY_NAME = "inverted mask polarity (True = blocked)"
 POLARITY_HINT = (
     "In this package (and in torch.nn.functional.scaled_dot_product_attention) True means 'may attend'; "
-    "nn.MultiheadAttention and some code mark *blocked* positions with True/1. Passed unchanged, a causal model "
-    "reads the future (notebook 10 runs this bug)."
+    "some code marks the *blocked* positions with True/1 instead. Passed unchanged, such a mask lets a causal "
+    "model read the future."
 )
 POLARITY_FIX = (
     "Fill where the mask is False: scores.masked_fill(~mask, float('-inf')) (invert a True-means-blocked mask)."
@@ -105,8 +105,8 @@ AFTER_SOFTMAX_SYMPTOM = "Your blocked weights are 0, but the rows no longer sum 
 
 FINITE_FILL_NAME = "blocked scores pushed down by a finite number instead of -inf"
 FINITE_FILL_HINT = (
-    "A finite fill, an added constant such as -10000, -1e4 or -1e9, or one below the row's minimum works only "
-    "while every visible score stays far above it: a query whose visible keys score -1e35 puts its weight on a "
+    "A finite fill (-1e4 or -1e9, filled or added, or one below the row's minimum) works only while every "
+    "visible score stays far above it: a query whose visible keys score -1e35 puts its weight on a "
     "blocked key."
 )
 FINITE_FILL_FIX = "Fill blocked scores with -inf: scores.masked_fill(~mask, float('-inf'))."

@@ -478,8 +478,8 @@ MODULE_MISTAKES: tuple[ModuleMistake, ...] = (
     ModuleMistake(
         "RoPE applied before splitting the heads",
         {"frequencies": "d_model"},
-        "RoPE works inside each head, with frequencies base ** (-2i / d_head); over d_model the frequencies and "
-        "the pairs that span two heads are wrong.",
+        "RoPE works inside each head, with frequencies base ** (-2i / d_head); rotated over all d_model features, "
+        "pair i turns at base ** (-2i / d_model) instead: only the first pair of the first head turns as it should.",
         "Split q and k into heads first, then rotate each (seq, d_head) matrix.",
         "Look at where in forward RoPE is applied.",
     ),
@@ -886,7 +886,7 @@ class ModuleSetting:
             shown = ", ".join([str(self.d_model), str(self.num_heads), *extra])
         text = f"{name if name else head}({shown})"
         if self.kv_heads:
-            text += f" holding a grouped module's weights ({self.kv_heads} key/value heads, copied as notebook 11 does)"
+            text += f" holding weights whose {self.kv_heads} key/value heads are each shared by several query heads"
         return text + (" in float64" if self.dtype == torch.float64 else "")
 
 
@@ -1042,12 +1042,19 @@ def _behaviour(exercise: str, module: nn.Module, contract: Contract, x: torch.Te
     """Before any number is compared: does the module behave as a function of its input?"""
     with torch.no_grad():
         first = module(x)
-        if isinstance(first, (tuple, list)):
+        if isinstance(first, (tuple, list)) and contract.cache:
             return _observed(
                 exercise, "returns (output, weights) without need_weights=True",
                 "called as module(x), your forward returned a tuple, not the output tensor.",
                 "Notebook 07 and every layer built on yours call it so and take the output alone.",
                 "Return the output alone unless need_weights=True: `return (out, weights) if need_weights else out`.",
+            )  # fmt: skip
+        if isinstance(first, (tuple, list)):
+            return _observed(
+                exercise, "returns a tuple, not the output",
+                "called as module(x), your forward returned a tuple, not the output tensor.",
+                "Every layer built on yours calls it so and takes the output alone.",
+                "Return the output tensor alone, nothing beside it.",
             )  # fmt: skip
         if contract.cache:
             paired = module(x, need_weights=True)
@@ -1077,18 +1084,24 @@ def _behaviour(exercise: str, module: nn.Module, contract: Contract, x: torch.Te
                     "The module of this exercise is a function of its input: no dropout, no noise.",
                     "Remove the dropout (or make its probability 0).",
                 )  # fmt: skip
+            kept = (
+                "Your module keeps something from one call to the next (a tensor or a count stored on self): a cache "
+                "lives in the cache argument, nowhere else."
+                if contract.cache
+                else "Your module keeps something from one call to the next (a tensor or a count stored on self): "
+                "each call must compute from its input alone."
+            )
             return _observed(
                 exercise, "something kept from one call to the next",
-                "the same input gave two different outputs in two calls.",
-                "Your module keeps something from one call to the next (a tensor or a count stored on self): a cache "
-                "lives in the cache argument, nowhere else.",
-                "Keep nothing on self in forward; positions come from cache.length (0 without a cache).",
+                "the same input gave two different outputs in two calls.", kept,
+                "Keep nothing on self in forward"
+                + ("; positions come from cache.length (0 without a cache)." if contract.cache else "."),
             )  # fmt: skip
         fresh = module(x[1:2])
         if not _same(first[1:2], fresh, atol=1e-5):
             return _observed(
                 exercise, "the sequences of a batch are mixed",
-                "the second sequence of a batch gave another output alone than beside the first.",
+                "the second sequence of a batch gave a different output on its own than next to the first.",
                 "Each sequence of a batch is attended on its own: the batch axis must stay apart from the others.",
                 "Keep the batch axis first and apart: view as (batch, seq, heads, d_head), transpose(1, 2), and "
                 "never flatten or reshape across it.",
@@ -1111,8 +1124,22 @@ def _sees_the_future(module: nn.Module, x: torch.Tensor) -> bool:
         return not _same(module(later)[:, :-2], module(x)[:, :-2], atol=1e-5)
 
 
-def _gradients_reach_every_weight(exercise: str, module: nn.Module, x: torch.Tensor) -> CheckResult | None:
+def _reference_gradients(recipe: Recipe, params: Params, x: torch.Tensor, num_heads: int) -> dict[str, torch.Tensor]:
+    """The gradients of ``attend(recipe, params, x)``'s squared output, summed, by the learner's names."""
+    # In float64, where what reaches no weight in theory stays within 1e-12 of 0.
+    leaves = {name: p.detach().double().requires_grad_() for name, p in params.items() if p is not None}
+    attend(recipe, leaves, x.double(), num_heads)[0].square().sum().backward()
+    return {name: cast(torch.Tensor, p.grad) for name, p in leaves.items()}
+
+
+def _gradients_reach_every_weight(
+    exercise: str, module: nn.Module, x: torch.Tensor, reference: dict[str, torch.Tensor]
+) -> CheckResult | None:
+    """Whether a gradient reaches each weight and bias of the learner's projections that the ``reference``
+    gradients (:func:`_reference_gradients`) say one reaches: notebook 04's key bias gets none in theory (it
+    adds the same amount to every score of a row, which the softmax ignores), so only rounding reaches it."""
     own = {id(p) for p in module.parameters()}
+    largest = max(float(g.abs().max()) for g in reference.values())
     try:
         module(x).square().sum().backward()
     except Exception as error:  # e.g. a tensor the learner made with requires_grad in the wrong place
@@ -1131,6 +1158,9 @@ def _gradients_reach_every_weight(exercise: str, module: nn.Module, x: torch.Ten
                     f"[{exercise}] not yet: {label} is not among the "
                     "module's parameters(), so an optimizer would never train it.",
                 )
+            theirs = reference[("b_" if part == "bias" else "w_") + name[-1]]
+            if float(theirs.abs().max()) <= 1e-6 * largest:  # none reaches it in the package's module either
+                continue
             if parameter.grad is None or not bool(parameter.grad.abs().sum() > 0):
                 return _observed(
                     exercise, "gradients do not reach every weight",
@@ -1186,8 +1216,17 @@ def _check_module(
             module = _build(exercise, learner, contract, settings[0])
             if isinstance(module, CheckResult):
                 return module
+            theirs = contract.package(settings[0])
+            with torch.no_grad():
+                for parameter in theirs.parameters():
+                    parameter.normal_(0.0, 0.4, generator=generator)
+            (copy_gqa_weights if settings[0].kv_heads else contract.loader)(module, theirs)
             x = torch.randn(2, 5, settings[0].d_in, generator=generator)
-            gradients = _gradients_reach_every_weight(exercise, module, x)
+            recipe = replace(contract.recipe, rope_base=settings[0].rope_base)
+            held = {f"{kind}_{p[-1]}": getattr(projection(module, p), part) for p in PROJECTIONS
+                    for kind, part in (("w", "weight"), ("b", "bias"))}  # fmt: skip
+            reference = _reference_gradients(recipe, held, x, settings[0].num_heads)
+            gradients = _gradients_reach_every_weight(exercise, module, x, reference)
             if gradients is not None:
                 return gradients
         module = _build(exercise, learner, contract, setting)
@@ -1234,7 +1273,7 @@ def _check_module(
     return CheckResult(
         exercise,
         "correct",
-        f"[{exercise}] correct: gradients reach every weight, and with the package's weights copied in your module "
+        f"[{exercise}] correct: gradients reach every weight, and with the package's weights copied in, your module "
         f"gives the package's outputs in {len(settings) + len(drawn)} module sizes ({len(settings)} given, "
         f"{len(drawn)} drawn for your code), on all {counted} calls.",
     )
@@ -1307,7 +1346,12 @@ def _diagnosed(exercise: str, learner: Any, contract: Contract, where: str) -> C
         "",
         misconception=names[0],
         symptom=f"[{exercise}] not yet: {where}. Driven with crafted weights that isolate one step at a time, it "
-        f"singles out what differs: {looks[0].lower()}{looks[1:]} This is a known mistake: `result.hint()` names it.",
+        f"singles out what differs: {looks[0].lower()}{looks[1:]} "
+        + (
+            "This is a known mistake: `result.hint()` names it."
+            if len(names) == 1
+            else "These are known mistakes: `result.hint()` names them."
+        ),
         diagnosis=f"[{exercise}] not yet: this looks like {named}{more} `result.reveal()` shows the fix.",
         fix=" ".join(f"[{exercise}] the fix for '{m.name}': {m.fix}" for m in diagnosis.mistakes),
         key="mistake: " + " | ".join(names),
@@ -1344,7 +1388,7 @@ def explained(
     learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = "notebook 06, exercise 3"
 ) -> Iterator[None]:
     """Run a payoff cell's block; when something in it fails (a claim about the learner's model, or an error
-    in the learner's module), print in one line the cause :func:`explain` finds in the module, then let the
+    in the learner's module), print in one line what :func:`explain` finds wrong in the module, then let the
     failure show as it is."""
     try:
         yield
@@ -1365,6 +1409,8 @@ def explain(learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = 
         return ""
     if result.key.startswith("mistake: "):
         names = " and ".join(f"'{name}'" for name in result.key.removeprefix("mistake: ").split(" | "))
-        return f"The cause, found by checking your module as {exercise} does: {names}. Revisit that exercise."
+        return (
+            f"What the checker of {exercise} finds in your module (the likely cause): {names}. Revisit that exercise."
+        )
     said = (result.message or result.symptom).split("] ", 1)[-1].removeprefix("not yet: ")
-    return f"The cause, found by checking your module as {exercise} does: {said} Revisit that exercise."
+    return f"What the checker of {exercise} finds in your module (the likely cause): {said} Revisit that exercise."
