@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from checker_table import selectable
 from test_wrong_answers import Wrong, verdict_counts
 
 import mhsa_helpers as mh
@@ -343,7 +344,7 @@ SYMPTOM_ANSWERS = [
         check_masked_softmax,
         "float16, fully masked row unguarded",
         masked_softmax_half_precision_unguarded,
-        "a fully masked row gives NaN (softmax of a row of -inf)",
+        "a fully masked row gives NaN",
         ("NaN",),
     ),
 ]
@@ -351,7 +352,7 @@ SYMPTOM_ANSWERS = [
 CATALOGUE = IN_PLACE_ANSWERS + OUTPUT_ANSWERS + BUFFER_ANSWERS + SYMPTOM_ANSWERS
 
 
-@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: f"{w.checker.__name__}: {w.name}")
+@pytest.mark.parametrize("wrong", CATALOGUE, ids=lambda w: selectable(f"{w.checker.__name__}: {w.name}"))
 def test_no_checker_accepts_a_wrong_answer_and_the_message_says_why(wrong):
     result = wrong.checker(wrong.function, verbose=False)
     assert result.status not in ("correct", "not_attempted"), f"accepted although wrong: {wrong.name}"

@@ -94,7 +94,7 @@ POLARITY_FIX = (
     "Fill where the mask is False: scores.masked_fill(~mask, float('-inf')) (invert a True-means-blocked mask)."
 )
 POLARITY_SYMPTOM = "Your weights are zero exactly where the mask allows a key, and spread over the keys it blocks."
-AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalizing"
+AFTER_SOFTMAX_NAME = "mask applied after softmax without renormalising"
 AFTER_SOFTMAX_HINT = (
     "The softmax had already shared each row among all the keys: zeroing the blocked weights afterwards leaves "
     "rows that sum to less than 1."

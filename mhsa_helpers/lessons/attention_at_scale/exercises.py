@@ -1,6 +1,7 @@
 """Exercise checkers for notebook 08 (attention at scale): one step of the online softmax, the
 whole tiled softmax-attention of one row block, expanding key/value heads for grouped-query
-attention, and the size of a KV cache. Each names the mistake a wrong answer matches.
+attention, and the size of a KV cache. A wrong answer is told what still differs; the mistake it matches is
+named on a repeat or on ``result.hint()``.
 
 Besides its teaching cases, each checker draws four more for every answer: other numbers of queries,
 keys and values, tile sizes that do not divide the number of keys, other head counts and model sizes.
@@ -187,6 +188,20 @@ def _online(scores, values, tile_size, *, start_max=-math.inf, rescale=True, nor
     return out / norm if normalise else out
 
 
+def _without_max(scores, values, tile_size):
+    # No maximum at all: exp of the raw scores, summed tile by tile.
+    weights = torch.exp(scores)
+    return (weights @ values) / weights.sum(-1, keepdim=True)
+
+
+def _overflows_on_large_scores(run: Callable[..., Any]) -> bool:
+    """True when the answer gives NaN or inf where every score is near +1000 (a running maximum, started at 0 or
+    at -inf, takes these in its stride; exp of the raw scores overflows)."""
+    g = torch.Generator().manual_seed(804)
+    scores, values = random_tensor(g, 3, 6) + 1000.0, random_tensor(g, 6, 2)
+    return not bool(torch.isfinite(torch.as_tensor(run(scores, values, 2))).all())
+
+
 def _softmax_per_tile(scores, values, tile_size):
     starts = range(0, scores.shape[1], tile_size)
     per_tile = [torch.softmax(scores[:, a : a + tile_size], dim=-1) @ values[a : a + tile_size] for a in starts]
@@ -201,7 +216,22 @@ ONLINE_ATTENTION_MISCONCEPTIONS = (
         "seen before any key. Scores far below 0 then all underflow, exp(-1000 - 0) = 0 for every key, and the "
         "result is 0 / 0.",
         fix="Start the running maximum at -inf: torch.full((seq_q, 1), float('-inf'), dtype=scores.dtype).",
-        symptom="Your result is right on ordinary scores and NaN where every score of a row is near -1000.",
+        symptom="Your result is right on ordinary scores and on scores near +1000, and NaN where every score of a "
+        "row is near -1000.",
+        # exp of the raw scores gives the same numbers on the cases; scores near +1000 tell the two apart.
+        detect=lambda run: not _overflows_on_large_scores(run),
+    ),
+    Misconception(
+        "did not subtract the row's max",
+        _without_max,
+        "exp of a raw score underflows to 0 below about -745 and overflows to inf above about 709: the online "
+        "softmax measures every score against the largest seen so far, so that the largest weight of a row is "
+        "exp(0) = 1 and nothing overflows or vanishes.",
+        fix="Carry a running maximum that starts at -inf, take exp(scores - new_max), and rescale the running sums "
+        "by exp(old max - new max) when it grows (exercise 1).",
+        symptom="Your result is right on ordinary scores, and NaN both where every score of a row is near -1000 "
+        "and where every score is near +1000.",
+        detect=_overflows_on_large_scores,
     ),
     Misconception(
         "the running sums are not rescaled when the maximum grows",
@@ -367,8 +397,8 @@ KV_CACHE_BYTES_MISCONCEPTIONS = (
         "Only keys and values are cached, one pair per key/value head: with grouped-query attention there are "
         "fewer of them than query heads, and the queries are never cached.",
         fix="Use num_kv_heads where your formula has num_heads: " + _BYTES_FIX,
-        symptom="Your number is right when num_heads equals num_kv_heads, and num_heads / num_kv_heads times too "
-        "large otherwise.",
+        symptom="Your number is right for GPT-2 small, 4 times the reference's for Llama-3.1-8B and 8 times "
+        "for Llama-2-70B.",
     ),
     Misconception(
         "counted bits, not bytes",
@@ -382,14 +412,16 @@ KV_CACHE_BYTES_MISCONCEPTIONS = (
         lambda n, h, kv, d, t, b, e: 2 * n * kv * d * t * e,
         "Each sequence of the batch has its own keys and values, so its own cache.",
         fix=_BYTES_FIX,
-        symptom="Your number is right for a batch of 1, and batch times too small otherwise.",
+        symptom="Your number is right for Llama-3.1-8B, a quarter of the reference's for GPT-2 small and half "
+        "of it for Llama-2-70B.",
     ),
     Misconception(
         "left out the layers",
         lambda n, h, kv, d, t, b, e: 2 * kv * d * t * b * e,
         "Every layer computes its own keys and values from its own input, and caches them.",
         fix=_BYTES_FIX,
-        symptom="Your number is num_layers times too small.",
+        symptom="Your number is 32 times too small for Llama-3.1-8B, 12 times for GPT-2 small and 80 times for "
+        "Llama-2-70B.",
     ),
 )
 

@@ -107,6 +107,8 @@ def check_cache_prediction(learner: Callable[[], Any], *, verbose: bool = True) 
 NUMBER_MASK_NAME = "returned a 0/1 number mask instead of a boolean one"
 TOP_LEFT_NAME = "top-left aligned: no offset for the cached keys"
 WRONG_SIGN_NAME = "offset with the wrong sign"
+#: The mask that blocks each query's own key (the same name in notebook 10's decoding mask).
+SELF_BLOCKED_NAME = "the query cannot see itself"
 FUTURE_NAME = "an earlier output changes when a later token changes (the future leaks in)"
 OFFSET_FIX = "`torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal=seq_k - seq_q)`."
 
@@ -157,7 +159,7 @@ def _offset_mistakes(*, attention: bool) -> list[Misconception]:
             "Each query of yours draws on the keys after it, and the last one on none.",
         ),
         (
-            "blocked the diagonal (a token may attend to itself)",
+            SELF_BLOCKED_NAME,
             lambda q, k: _tril(q, k, k - q - 1),
             "Query i may see every key up to its own position, itself included; without it the first word has "
             "nothing to attend to.",
@@ -445,7 +447,17 @@ BLOCKED_IN_MAX_SYMPTOM = (
     "A row with a blocked score far above the visible ones (like -9000 against visible scores near -24000) comes "
     "out as zeros or NaN."
 )
-FULLY_MASKED_NAME = "a fully masked row gives NaN (softmax of a row of -inf)"
+NO_MAX_NAME = "did not subtract the row's max"
+NO_MAX_HINT = (
+    "exp(1000) is inf, and inf / inf is NaN; exp(-1000) is 0, so a row whose scores all lie that low vanishes. A "
+    "shift by the row's largest visible score keeps every exponent <= 0 and the largest at exp(0) = 1, and changes "
+    "nothing else."
+)
+NO_MAX_FIX = (
+    "Subtract each row's largest visible score before exp, replaced by 0 where the row has none: "
+    "`row_max = scores.amax(dim=-1, keepdim=True)`, then `torch.where(torch.isfinite(row_max), row_max, 0)`."
+)
+FULLY_MASKED_NAME = "a fully masked row gives NaN"
 FULLY_MASKED_SYMPTOM = "A query whose keys are all blocked gets a row of NaN."
 FULLY_MASKED_FIX = (
     "Guard that row: subtract 0 instead of an infinite max (`torch.where(torch.isfinite(row_max), row_max, 0)`), "
@@ -479,6 +491,24 @@ def _visible_row_far_below_zero_fails(run: Callable[..., Any]) -> bool:
     return not bool(torch.isclose(total, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
 
 
+def _large_scores_overflow(run: Callable[..., Any]) -> bool:
+    """Nothing blocked, every score near +1000: exp of scores not shifted by the row's max overflows to inf
+    (inf / inf is NaN); shifted, the row sums to 1."""
+    scores = torch.tensor([[1000.0, 999.0, 998.0, 1000.5]], dtype=torch.float64)
+    total = torch.as_tensor(run(scores, torch.ones(1, 4, dtype=torch.bool))).double().sum()
+    return not bool(torch.isclose(total, torch.tensor(1.0, dtype=torch.float64), atol=1e-3))
+
+
+def _unless_exp_overflows(probe: Callable[[Callable[..., Any]], bool]) -> Callable[[Callable[..., Any]], bool]:
+    """``probe``, taken as evidence only from an answer that keeps exp in range on large scores: an answer that
+    subtracts no max at all also loses a row of low scores (exp underflows to 0), and is told that mistake."""
+
+    def probe_of_a_shifted_exp(run: Callable[..., Any]) -> bool:
+        return not _large_scores_overflow(run) and probe(run)
+
+    return probe_of_a_shifted_exp
+
+
 def _blocked_score_reaches_exp(run: Callable[..., Any]) -> bool:
     """Visible scores near 0 and one blocked score of 1000: if the blocked score takes part in the max or
     in exp, the visible weights vanish (or become NaN)."""
@@ -506,8 +536,9 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
     """Debugging exercise: ``learner(scores, mask)`` must return the softmax of ``scores (..., seq_q, seq_k)``
     over the keys that ``mask`` allows (``True`` = may attend), zeros elsewhere, and a row of
     zeros -- never NaN -- for a query whose keys are all blocked. The notebook hands out
-    :func:`handed_out_safe_masked_softmax`; handed back unchanged it is told so, and a fix of one bug leaves the
-    other named. Every answer must also give blocked keys no weight at all, whatever the scores."""
+    :func:`handed_out_safe_masked_softmax`; handed back unchanged it is told so, and a fix of one bug is told what
+    still differs. Every answer must also give blocked keys no weight at all, and keep exp in range, whatever the
+    scores."""
     cases = _masked_softmax_cases()
 
     def fill_then_softmax(scores, mask, fill=float("-inf")):
@@ -516,6 +547,11 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
     def no_max(scores, mask):
         e = torch.exp(scores) * mask
         return e / e.sum(dim=-1, keepdim=True)
+
+    def no_max_guarded(scores, mask):
+        e = torch.exp(scores.masked_fill(~mask, float("-inf")))
+        total = e.sum(dim=-1, keepdim=True)
+        return e / torch.where(total == 0, torch.ones_like(total), total)
 
     def renormalised(scores, mask):
         weights = torch.softmax(scores, dim=-1) * mask
@@ -590,14 +626,22 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             lambda scores, mask: fill_then_softmax(scores, mask, 0.0),
             "A blocked score of 0 still gets weight exp(0) relative to the others; only -inf gives exp(-inf) = 0.",
             fix=FILL,
-            symptom="Blocked keys still get weight, as much as a key whose score is 0.",
+            symptom="Blocked keys still get weight: measure one.",
         ),
         Misconception(
-            "did not subtract the max: exp overflows to inf and gives NaN",
+            NO_MAX_NAME,
             no_max,
-            "exp(1000) is inf, and inf / inf is NaN; a shift by the row's largest visible score changes nothing else.",
-            fix="Subtract each row's largest visible score before exp (torch.softmax does it for you).",
+            NO_MAX_HINT,
+            fix=NO_MAX_FIX,
             symptom="Your rows with a score near +1000 come out as NaN, and so does a row whose keys are all blocked.",
+        ),
+        Misconception(
+            NO_MAX_NAME,
+            no_max_guarded,
+            NO_MAX_HINT,
+            fix=NO_MAX_FIX,
+            symptom="Your rows with a score near +1000 come out as NaN, and a row whose visible scores all lie near "
+            "-24000 comes out as zeros.",
         ),
         Misconception(
             "blocked scores pushed down by adding -10000 instead of -inf",
@@ -621,12 +665,22 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             symptom="Every weight of yours is NaN.",
         ),
         # Properties every right answer has, probed on every answer (so close variants are named too), and
-        # taken as evidence only from an answer that is a softmax over the keys at all.
+        # taken as evidence only from an answer that is a softmax over the keys at all. Exp out of range on large
+        # scores comes first: without a max, low scores underflow too, which the two probes after it look for.
+        Misconception(
+            NO_MAX_NAME,
+            None,
+            NO_MAX_HINT,
+            detect=_given_a_softmax(_large_scores_overflow),
+            fix=NO_MAX_FIX,
+            symptom="A row of scores near +1000, with nothing blocked, comes out as NaN or does not sum to 1.",
+            always=True,
+        ),
         Misconception(
             MAX_CLAMPED_NAME,
             None,
             MAX_CLAMPED_HINT,
-            detect=_given_a_softmax(_visible_row_far_below_zero_fails),
+            detect=_given_a_softmax(_unless_exp_overflows(_visible_row_far_below_zero_fails)),
             fix=MAX_CLAMPED_FIX,
             symptom=MAX_CLAMPED_SYMPTOM,
             always=True,
@@ -646,7 +700,7 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
             "A finite fill (-10000, -1e9, or one below the row's minimum) blocks a key only while every visible "
             "score stays far above it: when the visible keys score -1e35, a blocked key at 0 takes their weight, "
             "and zeroing it afterwards leaves the visible keys almost nothing.",
-            detect=_given_a_softmax(_visible_keys_lose_weight, far=True),
+            detect=_given_a_softmax(_unless_exp_overflows(_visible_keys_lose_weight), far=True),
             fix=FILL,
             symptom="When the visible keys score far below a blocked one (near -1e35), your visible weights do not "
             "sum to 1.",

@@ -106,7 +106,7 @@ STEP_MISCONCEPTIONS = (
         "Look at the positions the new tokens are rotated at.",
     ),
     Misconception(
-        "cache mask off by one: a token cannot see itself",
+        "the query cannot see itself",
         lambda *a: _step(*a, mask="hides_self"),
         "Key j is visible to new token i when j <= past + i: a token sees itself.",
         fix="causal_mask(new, past + new), i.e. tril(diagonal=past).",
@@ -233,7 +233,7 @@ def check_mask_prediction(answer: object, *, verbose: bool = True) -> CheckResul
             symptom="May the first new token see the two after it?",
         ),
         Misconception(
-            "a token cannot see itself",
+            "the query cannot see itself",
             lambda: int(_mask_hides_self(new, total).sum()),
             "A token attends to itself too: new token i (at position 4 + i) sees keys 0 .. 4 + i, 5 + i of them.",
             symptom="Does a token see its own key?",

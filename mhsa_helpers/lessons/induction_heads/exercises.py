@@ -447,8 +447,8 @@ def check_repeat_chunk(
     learner: Callable[..., tuple[torch.Tensor, torch.Tensor]], *, verbose: bool = True
 ) -> CheckResult:
     """Check ``learner(noise (batch, seq), first_start (batch,), repeat_len (batch,)) -> (tokens (batch, seq),
-    induction_mask (batch, seq) bool)`` against :func:`~.task.repeat_chunk`. Tokens are compared with their
-    dtype: the same values as floats are not tokens."""
+    induction_mask (batch, seq) bool)`` against :func:`~mhsa_helpers.teaching.induction.task.repeat_chunk`.
+    Tokens are compared with their dtype: the same values as floats are not tokens."""
     return check_function(
         "repeat_chunk",
         learner,

@@ -1,5 +1,6 @@
 """Exercise checkers for notebook 09 (long context): the sliding-window mask, ALiBi's biases and
-NTK-aware RoPE frequencies. Each names the mistake a wrong answer matches.
+NTK-aware RoPE frequencies. A wrong answer is told what still differs; the mistake it matches is named on a
+repeat or on ``result.hint()``.
 
 Besides its teaching cases, each checker draws four more for every answer: other lengths and windows,
 other head counts, other head sizes, bases and factors.
@@ -58,7 +59,7 @@ WINDOW_MISCONCEPTIONS = (
         "sees two keys.",
     ),
     Misconception(
-        "off by one: the query cannot see itself",
+        "the query cannot see itself",
         lambda n, w: _band(n, 1, w),
         "The window ends at the query itself: a token always sees itself, and the first token sees only itself "
         "(with nothing to attend to, its softmax row would be NaN).",
@@ -170,7 +171,8 @@ ALIBI_MISCONCEPTIONS = (
         "The exponent counts heads from 1: m_h = 2^(-8 (h + 1) / n) for h = 0 .. n - 1, so 8 heads get 1/2, "
         "1/4, ..., 1/256 and no head has slope 1.",
         fix=_ALIBI_FIX,
-        symptom="Your first head's slope is 1, and every head's slope is 2^(8/num_heads) times the reference's.",
+        symptom="Your first head's slope is 1, and every slope of yours is the same multiple of the reference's: "
+        "2 times with 8 heads, 4 times with 4 heads, 16 times with 2 heads.",
     ),
     Misconception(
         "the slopes of 8 heads, whatever the number of heads",
@@ -247,7 +249,8 @@ NTK_MISCONCEPTIONS = (
         "tokens then differ by a fraction of the angle the model learned. NTK-aware scaling changes the base "
         "instead, which leaves the fastest pair as it was.",
         fix="Scale the base, not the frequencies: " + _NTK_FIX,
-        symptom="Every one of your frequencies is the original one divided by the factor, the fastest too.",
+        symptom="Your fastest frequency is below 1, where the reference's stays at 1: every one of your frequencies, "
+        "the fastest too, is the unscaled one times the same number (a quarter with factor=4).",
     ),
     Misconception(
         "exponent upside down: factor^((d-2)/d)",

@@ -1,6 +1,8 @@
 """Exercise checkers for notebook 10 (mistakes that circulate): masking the scores the right
-way, and the causal mask of a decoding step with a cache. Each names the mistake a wrong
-answer matches, among them the ones the notebook's bug zoo shows in real code.
+way, and the causal mask of a decoding step with a cache. A wrong answer is told what differs
+first; the known mistake it matches, among them the ones the notebook's bug zoo shows in real
+code, is named when the same mistake comes again (or on ``result.hint()``), and its fix on
+``result.reveal()``.
 
 What a fully masked row gives is not asked here: every row of every case keeps at least one key it
 may see, as the exercise says (notebook 03 settled that row). Zeroing the weights after the softmax
@@ -135,7 +137,7 @@ MASKED_WEIGHTS_MISCONCEPTIONS = (
         symptom="Your weights are -inf at the blocked keys, and at the other keys they are a softmax over every key.",
     ),
     Misconception(
-        "the mask not used",
+        "the mask was not used",
         lambda s, a: softmax(s),
         "The weights are a softmax over every key: the mask never reached the scores (a masked copy computed "
         "and not used, say).",
@@ -162,7 +164,7 @@ MASKED_WEIGHTS_MISCONCEPTIONS = (
         "and right on the rows of ordinary scores.",
     ),
     Misconception(
-        "softmax without subtracting the row's maximum",
+        "did not subtract the row's max",
         _without_max,
         "exp overflows to inf above about 709 (88 in float32) and underflows to 0 below about -745: a softmax "
         "that calls exp on the raw scores gives inf/inf or 0/0 on such rows. Subtracting each row's largest "
@@ -198,7 +200,7 @@ MASKED_WEIGHTS_MISCONCEPTIONS = (
         "A score of 0 is an ordinary score: exp(0) = 1, so a blocked key filled with 0 (or whose score was "
         "multiplied by the mask) competes like any other key.",
         fix="Fill the blocked scores with -inf, since exp(-inf) = 0: scores.masked_fill(~allowed, float('-inf')).",
-        symptom="Your blocked keys get weight, as much as a key whose score is 0 gets.",
+        symptom="Your blocked keys still get weight: measure one.",
     ),
     Misconception(
         "mask built by multiplying with -inf",

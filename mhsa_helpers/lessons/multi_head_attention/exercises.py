@@ -1,10 +1,10 @@
 """Checkers for notebook 04 (multi-head attention).
 
 Each ``check_*`` function runs the learner's function on cases built from a seeded
-generator (and on cases drawn for the answer), compares with the package, and names the
-misconception a wrong answer matches. The cases always have more than one head *and* more
-than one position: with ``heads == 1`` or ``seq == 1`` a missing transpose changes nothing
-and would go unnoticed.
+generator (and on cases drawn for the answer) and compares with the package; a wrong answer
+is told what still differs, and the misconception it matches is named on a repeat or on
+``result.hint()``. The cases always have more than one head *and* more than one position:
+with ``heads == 1`` or ``seq == 1`` a missing transpose changes nothing and would go unnoticed.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def _split_strided(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     return x.reshape(*batch, seq, d_model // num_heads, num_heads).transpose(-1, -2).transpose(-3, -2)
 
 
+#: The name the module checker gives the same cut (teaching.modules.MODULE_MISTAKES).
+_STRIDED = "heads take every h-th feature"
+
 SPLIT_HEADS_MISCONCEPTIONS = (
     Misconception(
         "view without transpose",
@@ -70,7 +73,7 @@ SPLIT_HEADS_MISCONCEPTIONS = (
         symptom="The result has the axes (..., seq, heads, d_head): the heads and seq axes are in each other's place.",
     ),
     Misconception(
-        "heads take every h-th feature",
+        _STRIDED,
         _split_strided,
         "Head i owns the *consecutive* features i*d_head ... (i+1)*d_head - 1, the same rows of W_Q that belong to "
         "head i; cutting the feature axis as (d_head, heads) deals them out one by one instead.",
@@ -85,12 +88,18 @@ SPLIT_HEADS_MISCONCEPTIONS = (
         fix="Count the axes from the end: .transpose(-3, -2).",
         symptom="Right for a 3-D input, wrong for inputs with no batch axis or with more than one.",
     ),
+    # The same cut, (d_head, heads), left with d_head where the heads belong: x.view(*batch, seq, d_head, heads)
+    # .transpose(-3, -2), or torch.split(x, num_heads, dim=-1) (pieces of num_heads features) stacked.
     Misconception(
-        "torch.split(x, num_heads): pieces of num_heads features",
+        _STRIDED,
         lambda x, h: torch.stack(torch.split(x, h, dim=-1), dim=-3),
-        "torch.split(x, n, dim=-1) cuts pieces of n features each, so it makes d_model / num_heads heads of "
-        "num_heads features.",
-        fix="torch.chunk(x, num_heads, dim=-1) cuts num_heads pieces (or split with d_head = d_model // num_heads).",
+        "Cutting the feature axis as (d_head, heads), a view(..., seq, d_model // num_heads, num_heads) or "
+        "torch.split(x, num_heads, dim=-1) (which cuts pieces of num_heads features each), deals the features out "
+        "one by one: the axis of size num_heads then runs over every h-th feature, and d_head pieces stand where "
+        "the heads belong. Head i owns the *consecutive* features i*d_head ... (i+1)*d_head - 1.",
+        fix="Cut the feature axis as (heads, d_head): x.view(*batch, seq, num_heads, d_head).transpose(-3, -2). "
+        "torch.split takes the size of a piece, d_head (torch.chunk(x, num_heads, dim=-1) takes the number of "
+        "pieces); stack the pieces on axis -3.",
         symptom="The number of heads and d_head are swapped in the result's shape.",
     ),
 )
@@ -216,7 +225,8 @@ MHA_MISCONCEPTIONS = (
         "Without the output projection each output feature comes from a single head and nothing mixes what the heads "
         "found.",
         fix="After concatenating the heads, multiply by the output projection: out = concat @ o_weight.T.",
-        symptom="Your output is what the heads give before the last step of the recipe.",
+        symptom="Each feature of your output stays between the smallest and the largest of the same feature of the "
+        "values x @ v_weight.T: every output row is a weighted average of the value rows, feature by feature.",
     ),
     Misconception(
         "view without transpose",
@@ -235,11 +245,12 @@ MHA_MISCONCEPTIONS = (
         symptom=_MIXED + " Look at the line that splits the heads.",
     ),
     Misconception(
-        "scaled by sqrt(d_model) instead of sqrt(d_head)",
+        "scaled by √d_model instead of √d_head",
         _mha_scale_d_model,
         "Each head is its own attention over d_head features: the spread of its scores grows like √d_head.",
         fix="Divide each head's scores by math.sqrt(d_head).",
-        symptom="Your weights are flatter (closer to uniform) than the reference's. Look at the scaling.",
+        symptom="Your output rows lie closer to their mean over the positions than the reference's, as if every "
+        "query spread its weight more evenly over the keys.",
     ),
     Misconception(
         "one head: num_heads ignored",
@@ -268,7 +279,8 @@ MHA_MISCONCEPTIONS = (
         _mha_softmax_over_heads,
         "Each head's query rows are normalised over the keys: a row of weights sums to 1 within one head.",
         fix="softmax(..., dim=-1).",
-        symptom="Your weights sum to 1 across the heads instead of along each query's row.",
+        symptom="Your heads' outputs are not weighted averages of their values: within a head, a query's weights "
+        "on the keys do not add up to 1.",
     ),
 )
 
@@ -337,7 +349,7 @@ def check_parameter_prediction(answer: object, *, verbose: bool = True) -> Check
             "biases forgotten",
             lambda: _parameters(d_in, d_model, biases=False),
             "nn.Linear has a bias by default: one number per output feature, 64 for each of the four layers.",
-            symptom="Every nn.Linear here has a bias.",
+            symptom="What does an nn.Linear hold besides its weight?",
         ),
         Misconception(
             "the count multiplied by the number of heads",

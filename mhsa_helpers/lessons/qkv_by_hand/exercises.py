@@ -48,6 +48,9 @@ def _sizes(generator: torch.Generator, count: int, low: int, high: int) -> list[
     return torch.randint(low, high + 1, (count,), generator=generator).tolist()
 
 
+#: The name of a score table turned over: K·Qᵀ and W_Q, W_K swapped give the same numbers and gradients.
+TRANSPOSED_SCORES_NAME = "score table transposed: K·Qᵀ, or W_Q and W_K swapped"
+
 WRONG_AXES_SYMPTOM = "Your code is right for inputs of one rank and wrong (or raises) for inputs of another."
 WRONG_AXES_FIX = "Transpose only the last two axes of k: `k.transpose(-2, -1)` (or `k.mT`)."
 
@@ -74,7 +77,7 @@ def check_uniform_prediction(learner: Callable[[], Any], *, verbose: bool = True
             "The softmax turns a score s into e^s / (sum of e^s), and e^0 = 1, not 0: equal scores, whatever "
             "their value, give equal weights.",
             fix="Each of the three keys gets e^0 = 1 before the division by the row's sum.",
-            symptom="No finite score gets a weight of exactly 0: e to any power is positive.",
+            symptom="Can e to some power be exactly 0?",
         ),
         Misconception(
             "every weight is 1",
@@ -224,7 +227,7 @@ def check_weights_debug(learner: Callable[..., Any], *, verbose: bool = True) ->
     """Debugging exercise: ``learner(q, k)`` with ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)`` must
     return the attention weights ``softmax(q kᵀ / √d_k)`` over the keys, ``(..., seq_q, seq_k)``. The
     notebook hands out :func:`handed_out_attention_weights`, which divides by ``d_k`` and normalises over the
-    queries; handed back unchanged it is told so, and a fix of one bug leaves the other named."""
+    queries; handed back unchanged it is told so, and a fix of one bug is told what still differs."""
     cases, square = _weights_cases()
     misconceptions = [
         *_debug_misconceptions(),
@@ -329,6 +332,7 @@ def check_attention_head(learner: Callable[..., Any], *, verbose: bool = True) -
     answer (float32, under ``torch.no_grad()``)."""
     cases, square = _head_cases()
     flatter = "Your weights are flatter (closer to uniform) than the reference's"
+    other_scale = f"{flatter} on some cases and sharper on others."
     scale_fix = "Divide the scores by `math.sqrt(q.shape[-1])` before the softmax, as in step 3 of this notebook."
     mistakes = [
         Misconception(
@@ -350,25 +354,43 @@ def check_attention_head(learner: Callable[..., Any], *, verbose: bool = True) -
             lambda *a: _head(*a, divide_by=lambda q, v, x: math.sqrt(x.shape[-1])),
             "d_k is the width of the head's queries and keys (the width of W_Q's columns), not of the input x.",
             fix="Divide by `math.sqrt(q.shape[-1])`, not by the square root of `x.shape[-1]`.",
-            symptom="Your weights are flatter or sharper than the reference's wherever d_in differs from d_k.",
+            symptom=other_scale,
         ),
         Misconception(
             "scaled by √d_v (the value width) instead of √d_k",
             lambda *a: _head(*a, divide_by=lambda q, v, x: math.sqrt(v.shape[-1])),
             "The scores are dot products of queries and keys; the width of the values plays no part in them.",
             fix="Divide by `math.sqrt(q.shape[-1])`, not by the square root of `v.shape[-1]`.",
-            symptom="Your weights are flatter or sharper than the reference's wherever d_v differs from d_k.",
+            symptom=other_scale,
         ),
         *(
             Misconception(
-                "softmax over the query axis",
+                name,
                 lambda *a, dim=dim: _head(*a, dim=dim),
-                "Each query (a row) shares its attention among the keys, the last axis; a softmax over another axis "
-                "normalises the wrong numbers.",
+                f"Each query (a row) shares its attention among the keys, the last axis; {where}.",
                 fix="`torch.softmax(scores, dim=-1)`.",
-                symptom="Your weights do not sum to 1 along each row.",
+                symptom=symptom,
             )
-            for dim in (-2, 0, 1)
+            for dim, name, where, symptom in (
+                (
+                    -2,
+                    "softmax over the queries axis",
+                    "dim=-2 normalises down each column, over the queries",
+                    "Your columns sum to 1, not your rows.",
+                ),
+                (
+                    0,
+                    "softmax over the wrong axis",
+                    "dim=0 normalises over the first axis, the batch when there is one",
+                    "Your weights sum to 1 along the first axis, not along each row.",
+                ),
+                (
+                    1,
+                    "softmax over the wrong axis",
+                    "dim=1 is the key axis only when no batch axis comes first",
+                    "Your rows sum to 1 only for inputs without a batch axis.",
+                ),
+            )
         ),
         Misconception(
             "did not transpose K",
@@ -410,11 +432,13 @@ def check_attention_head(learner: Callable[..., Any], *, verbose: bool = True) -
             symptom="Your weights are right, but your output is not the weighted sum of the values.",
         ),
         Misconception(
-            "swapped W_Q and W_K (rows are keys)",
+            TRANSPOSED_SCORES_NAME,
+            # K·Qᵀ and W_Q, W_K swapped compute the same numbers, gradients included: no case tells them apart.
             lambda x, w_q, w_k, w_v: _head(x, w_k, w_q, w_v),
-            "Queries come from W_Q and keys from W_K: with them swapped, row i holds how much word i is looked "
-            "at, not where it looks.",
-            fix="`q, k = x @ w_q, x @ w_k`.",
+            "Score (i, j) is query i · key j, so row i is where word i looks. With K·Qᵀ, or with queries made with "
+            "W_K and keys with W_Q (the same numbers), row i holds how much word i is looked at instead.",
+            fix="Make the queries with W_Q and the keys with W_K, `q, k = x @ w_q, x @ w_k`, and put the queries "
+            "first: `q @ k.transpose(-2, -1)`.",
             symptom="Your scores are the reference's scores transposed (before the softmax).",
         ),
         Misconception(

@@ -123,8 +123,8 @@ INDUCTION_MISCONCEPTIONS = (
     Misconception(
         "previous-token pattern instead",
         lambda w, n: _on_key(w, n, n - 1),
-        "Key t - 1 is the previous token, what a previous-token head looks at. The induction target lies "
-        "repeat_len - 1 keys further back, after the earlier occurrence.",
+        "Key t - 1 is the previous token, what a previous-token head looks at. The induction target is key "
+        "t - repeat_len + 1, repeat_len - 1 keys back from t: the token right after the earlier occurrence.",
         fix=_READ_THE_TARGET,
         symptom=_WRONG_KEY,
     ),

@@ -108,7 +108,8 @@ APPLY_MISCONCEPTIONS = (
         _apply_shifted,
         "The token at position m must turn by m · θ_i (position 0 not at all).",
         fix="Use positions as given: angles = positions[:, None] * theta.",
-        symptom="Every row is turned by one step too many. " + _ANGLES,
+        symptom="Every row is turned further than the reference's: pair i by exactly θ_i more, in every row. "
+        + _ANGLES,
     ),
     Misconception(
         "rotated pairs written back as two halves (cat instead of interleaving)",
@@ -133,14 +134,16 @@ APPLY_MISCONCEPTIONS = (
         "A rotation by +angle maps (a, b) to (a cos - b sin, a sin + b cos); with the signs of the sin terms swapped "
         "it rotates by -angle.",
         fix="first * cos - second * sin, then first * sin + second * cos.",
-        symptom="Your pairs turn by the right amount, in the other direction.",
+        symptom="Each of your pairs turns through an angle of the right size and the opposite sign: a row at "
+        "position m lands where the reference puts position -m.",
     ),
     Misconception(
         "same frequency for every pair",
         _apply_one_frequency,
         "Each pair i turns at its own speed theta_i = base**(-2i/d_head): the angle is position * theta_i.",
         fix="theta = base ** (-torch.arange(0, d_head, 2) / d_head); angles = positions[:, None] * theta.",
-        symptom="Every pair turns at the same speed. " + _ANGLES,
+        symptom="Within a row, all your pairs turn by the same angle, pair 0's; the reference's later pairs turn by "
+        "less. " + _ANGLES,
     ),
     Misconception(
         "frequencies with exponent -i/d",

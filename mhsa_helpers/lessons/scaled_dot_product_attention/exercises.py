@@ -137,8 +137,8 @@ def _draw_softmax(generator: torch.Generator) -> list[Case]:
 def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """Exercise: ``learner(x)`` must return the numerically stable softmax of ``x (..., n)``
     along the last axis (same shape; each row sums to 1; no overflow for large inputs). The notebook hands
-    out :func:`handed_out_stable_softmax`; handed back unchanged it is told so, and a fix of one bug leaves
-    the other named."""
+    out :func:`handed_out_stable_softmax`; handed back unchanged it is told so, and a fix of one bug is told
+    what still differs."""
     cases, square = _softmax_cases()
 
     def global_max(x: torch.Tensor) -> torch.Tensor:
@@ -217,14 +217,14 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
         Misconception(
             "took the max without keepdim=True",
             lambda x: shifted(x, x.amax(dim=-1)),
-            "x.max(dim=-1).values has shape (..., n) without the last axis, so x - max lines each row's max up "
-            "with the *columns*.",
-            fix="Keep the axis: `x.amax(dim=-1, keepdim=True)`, of shape (..., n, 1).",
+            "For x of shape (..., n), x.max(dim=-1).values has shape (...), the last axis dropped, so x - max lines "
+            "each row's max up with the *columns*.",
+            fix="Keep the axis: `x.amax(dim=-1, keepdim=True)`, of shape (..., 1).",
             symptom="Your rows sum to 1, but their weights are not the reference's; where the number of rows "
             "differs from a row's length, your code raises.",
         ),
         Misconception(
-            "did not subtract the max: exp overflows to inf and gives NaN",
+            "did not subtract the row's max",
             naive,
             "exp(1000) is inf in float64 (and exp(89) already in float32), and inf/inf is NaN; "
             "softmax(x - c) == softmax(x) for any shift c, so a shift costs nothing.",
@@ -256,7 +256,7 @@ def check_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> Check
             "summed without keepdim=True (the row sums broadcast along the wrong axis)",
             no_keepdim,
             "e.sum(dim=-1) drops the summed axis, so dividing lines the row sums up with the columns.",
-            fix="`e.sum(dim=-1, keepdim=True)` keeps the shape (..., n, 1), so each row is divided by its own sum.",
+            fix="`e.sum(dim=-1, keepdim=True)` keeps the shape (..., 1), so each row is divided by its own sum.",
             symptom="Your rows do not sum to 1; where the number of rows differs from a row's length, your code "
             "raises.",
         ),
@@ -402,7 +402,7 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
     divide = "Divide the scores by `math.sqrt(q.shape[-1])` before the softmax"
     fill = "Fill the blocked scores with -inf before the softmax: `scores.masked_fill(~mask, float('-inf'))`."
     spread = "The spread of a dot product grows with the length of the vectors, d_k"
-    other_scale = "Your weights are flatter or sharper than the reference's wherever {} differs from d_k."
+    other_scale = "Your weights are flatter (closer to uniform) than the reference's on some cases, sharper on others."
     misconceptions = [
         Misconception(
             "no √d_k scaling",
@@ -423,14 +423,14 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(k.shape[-2])),
             f"{spread}, not with the number of keys.",
             fix=f"{divide}, not by the square root of `k.shape[-2]`.",
-            symptom=other_scale.format("the number of keys"),
+            symptom=other_scale,
         ),
         Misconception(
             "scaled by √d_v (the value width) instead of √d_k",
             lambda q, k, v, mask=None: _plain(q, k, v, mask, divide_by=math.sqrt(v.shape[-1])),
             "The scores are dot products of d_k-wide queries and keys; the value width plays no part in them.",
             fix=f"{divide}, not by the square root of `v.shape[-1]`.",
-            symptom=other_scale.format("d_v"),
+            symptom=other_scale,
         ),
         Misconception(
             "multiplied by √d_k instead of dividing",
@@ -467,10 +467,23 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
         ),
         Misconception(
             "scaled after the softmax",
+            # weights / √d_k @ v and (weights @ v) / √d_k are the same numbers.
+            lambda q, k, v, mask=None: _plain(q, k, v * (1 / math.sqrt(q.shape[-1])), mask, divide_by=1.0),
+            "The scale belongs inside the softmax, on the scores: after it, the softmax has already seen the unscaled "
+            "scores (too sharp for a wide head), and the weights divided afterwards sum to 1/√d_k, not 1.",
+            fix="Divide the scores, not the weights or the output: "
+            "`torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v`.",
+            symptom="Your output is shrunk towards zero, the more so the wider d_k, and no single factor turns it "
+            "into the reference's.",
+        ),
+        Misconception(
+            "divided by √d_k twice: the scores, and the weights or the output",
             lambda q, k, v, mask=None: _plain(q, k, v * (1 / math.sqrt(q.shape[-1])), mask),
-            "The scale belongs inside the softmax, on the scores: weights scaled afterwards sum to 1/√d_k, not 1.",
-            fix="`torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v`.",
-            symptom="Your output is the reference's divided by √d_k.",
+            "The scores are divided by √d_k once, before the softmax; a second division after it shrinks every "
+            "output, and the weights then sum to 1/√d_k, not 1.",
+            fix="Keep the division of the scores and drop the one after the softmax: "
+            "`torch.softmax(scores, dim=-1) @ v`.",
+            symptom="Your output is the reference's times one factor smaller than 1, the smaller the wider d_k.",
         ),
         Misconception(
             "applied the softmax after multiplying by V",
@@ -521,7 +534,7 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
             "A score of 0 still gets weight exp(0) = 1 relative to the others; only -inf gives exp(-inf) = 0. "
             "(Multiplying the scores by a 0/1 mask makes the same mistake.)",
             fix=fill,
-            symptom="Blocked keys still get weight, as much as a key whose score is 0.",
+            symptom="Your output still draws on the keys the mask blocks.",
         ),
         Misconception(
             AFTER_SOFTMAX_NAME,

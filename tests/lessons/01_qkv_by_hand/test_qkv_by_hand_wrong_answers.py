@@ -14,6 +14,7 @@ from checker_table import catalogue_tests
 from test_wrong_answers import Wrong
 
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_uniform_prediction, check_weights_debug
+from mhsa_helpers.lessons.qkv_by_hand.exercises import TRANSPOSED_SCORES_NAME
 from mhsa_helpers.teaching.checking import STATE_CHANGED
 from mhsa_helpers.teaching.gradients import GRADIENT_NAME
 from mhsa_helpers.teaching.misconceptions import WRONG_AXES_NAME
@@ -40,6 +41,12 @@ def head_without_value_projection(x, w_q, w_k, w_v):
     q, k = x @ w_q, x @ w_k
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return weights @ x, weights
+
+
+def head_scores_k_q(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v  # the projections are right
+    weights = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
 
 
 def head_under_no_grad(x, w_q, w_k, w_v):
@@ -102,8 +109,11 @@ HEAD = [
         lambda *a: head(*a, scale=lambda q, x, v: math.sqrt(v.shape[-1])),
         "scaled by √d_v (the value width) instead of √d_k",
     ),
-    Wrong(check_attention_head, "softmax over the queries", lambda *a: head(*a, dim=-2), "softmax over the query axis"),
-    Wrong(check_attention_head, "softmax over dim=1", lambda *a: head(*a, dim=1), "softmax over the query axis"),
+    Wrong(
+        check_attention_head, "softmax over the queries", lambda *a: head(*a, dim=-2), "softmax over the queries axis"
+    ),
+    Wrong(check_attention_head, "softmax over dim=1", lambda *a: head(*a, dim=1), "softmax over the wrong axis"),
+    Wrong(check_attention_head, "softmax over dim=0", lambda *a: head(*a, dim=0), "softmax over the wrong axis"),
     Wrong(check_attention_head, "k not transposed", lambda *a: head(*a, key=lambda k: k), "did not transpose K"),
     Wrong(
         check_attention_head, "k.transpose(0, 1)", lambda *a: head(*a, key=lambda k: k.transpose(0, 1)), WRONG_AXES_NAME
@@ -129,8 +139,9 @@ HEAD = [
         check_attention_head,
         "W_Q and W_K swapped",
         lambda x, w_q, w_k, w_v: head(x, w_k, w_q, w_v),
-        "swapped W_Q and W_K (rows are keys)",
+        TRANSPOSED_SCORES_NAME,
     ),
+    Wrong(check_attention_head, "right projections, scores K·Qᵀ", head_scores_k_q, TRANSPOSED_SCORES_NAME),
     Wrong(
         check_attention_head,
         "(weights, output)",

@@ -36,6 +36,17 @@ def attention_mask_after_softmax(q, k, v, mask=None):
     return (w if mask is None else w * mask) @ v
 
 
+def attention_scaled_after_the_softmax(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -INF)
+    return torch.softmax(scores, dim=-1) / math.sqrt(q.shape[-1]) @ v
+
+
+def attention_divided_twice(q, k, v, mask=None):
+    return attention(q, k, v, mask) / math.sqrt(q.shape[-1])  # the scores divided, and the output once more
+
+
 def attention_scores_times_mask(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -145,6 +156,15 @@ ATTENTION = [
     Wrong(
         check_my_attention, "softmax over dim 0", lambda *a: attention(*a, dim=0), "softmax over the wrong dimension"
     ),
+    Wrong(
+        check_my_attention, "weights divided by √d_k", attention_scaled_after_the_softmax, "scaled after the softmax"
+    ),
+    Wrong(
+        check_my_attention,
+        "scores and output divided by √d_k",
+        attention_divided_twice,
+        "divided by √d_k twice: the scores, and the weights or the output",
+    ),
     Wrong(check_my_attention, "k not transposed", lambda *a: attention(*a, key=lambda k: k), "did not transpose K"),
     Wrong(
         check_my_attention,
@@ -177,7 +197,7 @@ ATTENTION = [
         check_my_attention,
         "zeroes after the softmax",
         attention_mask_after_softmax,
-        "mask applied after softmax without renormalizing",
+        "mask applied after softmax without renormalising",
     ),
     Wrong(check_my_attention, "fills with -1e4", lambda *a: attention(*a, fill=-1e4), FINITE_FILL_NAME),
     Wrong(check_my_attention, "adds -10000", attention_adds_minus_10000, FINITE_FILL_NAME),
@@ -260,7 +280,7 @@ SOFTMAX = [
         check_softmax,
         "no shift at all",
         lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True),
-        "did not subtract the max: exp overflows to inf and gives NaN",
+        "did not subtract the row's max",
         ("exp(1000) is inf",),
     ),
     Wrong(

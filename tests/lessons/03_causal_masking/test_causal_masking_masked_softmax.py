@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
-from mhsa_helpers.teaching.misconceptions import random_mask
+from mhsa_helpers.lessons.causal_masking.exercises import (
+    FULLY_MASKED_NAME,
+    MAX_CLAMPED_NAME,
+    NO_MAX_NAME,
+)
+from mhsa_helpers.teaching.misconceptions import FINITE_FILL_NAME, random_mask
 
 
 def assert_named(checker, learner, name):
@@ -71,20 +76,42 @@ def _renormalize_without_guard(scores, mask):
     [
         (
             lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1),
-            "a fully masked row gives NaN (softmax of a row of -inf)",
+            FULLY_MASKED_NAME,
         ),
-        (_renormalize_without_guard, "a fully masked row gives NaN (softmax of a row of -inf)"),
+        (_renormalize_without_guard, FULLY_MASKED_NAME),
         (
             lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), dim=-1),
             "used a large negative number instead of -inf (a fully masked row becomes uniform)",
         ),
-        (lambda s, m: torch.softmax(s, dim=-1) * m, "mask applied after softmax without renormalizing"),
+        (lambda s, m: torch.softmax(s, dim=-1) * m, "mask applied after softmax without renormalising"),
         (_guarded_but_inverted, "inverted mask polarity (True = blocked)"),
         (lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1), "blocked scores set to 0 instead of -inf"),
     ],
 )
 def test_masked_softmax_mistakes(learner, name):
     assert_named(check_masked_softmax, learner, name)
+
+
+def _guarded(exps):
+    total = exps.sum(dim=-1, keepdim=True)
+    return exps / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@pytest.mark.parametrize(
+    "learner",
+    [
+        lambda s, m: _guarded(torch.exp(s).masked_fill(~m, 0.0)),
+        lambda s, m: _guarded(torch.exp(s.masked_fill(~m, float("-inf")))),
+        lambda s, m: _guarded(torch.exp(s) * m),
+        lambda s, m: _guarded(torch.exp(s.masked_fill(~m, float("-inf")) - 50.0)),  # a constant, far below 1000
+    ],
+    ids=["exp, then blocked set to 0", "-inf, then exp", "exp times the mask", "a constant shift of 50"],
+)
+def test_a_guarded_softmax_without_the_rows_max_is_named_so_and_not_a_clamped_max_or_a_finite_fill(learner):
+    # Right on every fully masked row, but exp of unshifted scores overflows near +1000 and underflows near
+    # -24000: the probes of a clamped max and of a finite fill fire too, and must not name it.
+    again = assert_named(check_masked_softmax, learner, NO_MAX_NAME)
+    assert MAX_CLAMPED_NAME not in again.message and FINITE_FILL_NAME not in again.message
 
 
 def test_the_handed_out_polarity_bug_is_still_the_original_however_it_is_written():
@@ -123,4 +150,4 @@ def test_a_float16_answer_is_not_told_the_probe_of_scores_float16_cannot_hold():
         return torch.softmax(scores.half().masked_fill(~mask, float("-inf")), dim=-1)
 
     result = check_masked_softmax(in_half_precision, verbose=False)
-    assert result.misconception == "a fully masked row gives NaN (softmax of a row of -inf)", result.message
+    assert result.misconception == FULLY_MASKED_NAME, result.message

@@ -21,7 +21,14 @@ from mhsa_helpers.lessons.causal_masking import (
     check_causal_attention,
     check_masked_softmax,
 )
-from mhsa_helpers.lessons.causal_masking.exercises import FUTURE_NAME, TOP_LEFT_NAME
+from mhsa_helpers.lessons.causal_masking.exercises import (
+    FULLY_MASKED_NAME,
+    FUTURE_NAME,
+    MAX_CLAMPED_NAME,
+    NO_MAX_NAME,
+    SELF_BLOCKED_NAME,
+    TOP_LEFT_NAME,
+)
 from mhsa_helpers.teaching.checking import STATE_CHANGED
 from mhsa_helpers.teaching.gradients import GRADIENT_NAME
 from mhsa_helpers.teaching.misconceptions import FINITE_FILL_NAME, POLARITY_NAME
@@ -76,6 +83,12 @@ def masked_softmax_renormalised_unguarded(scores, mask):
     return weights / weights.sum(dim=-1, keepdim=True)
 
 
+def masked_softmax_guarded_without_the_max(scores, mask):
+    exps = torch.exp(scores).masked_fill(~mask, 0.0)  # "blocked keys get 0, and a row with none divides by 1"
+    sums = exps.sum(dim=-1, keepdim=True)
+    return exps / torch.where(sums == 0, 1, sums)
+
+
 def masked_softmax_max_clamped(scores, mask):
     filled = scores.masked_fill(~mask, -INF)
     exps = torch.exp(filled - filled.amax(dim=-1, keepdim=True).clamp_min(0))  # "so that -inf cannot come out"
@@ -88,7 +101,7 @@ MASKED_SOFTMAX = [
         check_masked_softmax,
         "renormalised without a guard",
         masked_softmax_renormalised_unguarded,
-        "a fully masked row gives NaN (softmax of a row of -inf)",
+        FULLY_MASKED_NAME,
         ("0, by 0",),
     ),
     Wrong(
@@ -101,13 +114,20 @@ MASKED_SOFTMAX = [
         check_masked_softmax,
         "zeroes after the softmax",
         lambda s, m: torch.softmax(s, dim=-1) * m,
-        "mask applied after softmax without renormalizing",
+        "mask applied after softmax without renormalising",
     ),
     Wrong(
         check_masked_softmax,
         "max clamped at 0",
         masked_softmax_max_clamped,
-        "the row's max clamped at 0 (or a constant), not taken over the visible scores",
+        MAX_CLAMPED_NAME,
+    ),
+    Wrong(
+        check_masked_softmax,
+        "guarded, no max subtracted",
+        masked_softmax_guarded_without_the_max,
+        NO_MAX_NAME,
+        ("exp(1000) is inf",),
     ),
     Wrong(
         check_masked_softmax,
@@ -195,7 +215,7 @@ MASK = [
         check_cached_causal_mask,
         "diagonal blocked",
         lambda q, k: torch.ones(q, k, dtype=torch.bool).tril(k - q - 1),
-        "blocked the diagonal (a token may attend to itself)",
+        SELF_BLOCKED_NAME,
     ),
     Wrong(
         check_cached_causal_mask,

@@ -9,11 +9,12 @@ checker knows is told apart from the right answer *and* from the others.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from checker_table import table_tests
 from learner_modules import attention_ok
-from notebook_cells import defined_in_notebook
+from notebook_cells import cells, defined_in_notebook, source
 
 from mhsa_helpers.lessons.multi_head_attention import exercises as heads
 
@@ -36,6 +37,12 @@ def mha_ok(x, q_weight, k_weight, v_weight, o_weight, num_heads):
 def split_view_without_transpose(x, num_heads):
     *batch, seq, d_model = x.shape
     return x.view(*batch, num_heads, seq, d_model // num_heads)
+
+
+def split_as_d_head_by_heads(x, num_heads):
+    # The feature axis cut as (d_head, heads), then only seq and the d_head axis swapped: no torch.split in sight.
+    *batch, seq, d_model = x.shape
+    return x.view(*batch, seq, d_model // num_heads, num_heads).transpose(-3, -2)
 
 
 def mha_without_w_o(x, q_weight, k_weight, v_weight, o_weight, num_heads):
@@ -64,6 +71,7 @@ CHECKERS = {
 # The mistakes the issue asks the checkers to name, written by hand above.
 LISTED_MISTAKES = [
     ("split_heads", split_view_without_transpose, "view without transpose"),
+    ("split_heads", split_as_d_head_by_heads, "heads take every h-th feature"),
     ("multi_head_attention", mha_view_without_transpose, "view without transpose"),
     ("multi_head_attention", mha_split_view_merge_ok, "view without transpose when splitting (merge correct)"),
     ("multi_head_attention", mha_without_w_o, "forgot W_O"),
@@ -95,3 +103,15 @@ def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug()
     )
     assert result.status == "original" and result.misconception is None, result.message
     assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))
+
+
+def test_the_last_exercise_climbs_three_labelled_hints_and_gives_no_line_of_code():
+    """Its hints go from a nudge to the shapes to the idea, in words: a name in code type, never a statement or a
+    call with its arguments (the code lives in the solutions notebook)."""
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "04_multi_head_attention.ipynb"
+    markdown = [source(c) for c in cells(notebook) if c["cell_type"] == "markdown"]
+    last = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
+    labels = re.findall(r"<summary>([^<]+)</summary>", last)
+    assert labels == ["Hint 1 · a nudge", "Hint 2 · the shapes", "Hint 3 · the idea"]
+    code = re.findall(r"`([^`]+)`", last.split("<details>", 1)[1])
+    assert code and not [c for c in code if "=" in c or re.search(r"\w\([^)]", c)], code

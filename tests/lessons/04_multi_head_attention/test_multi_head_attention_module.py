@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checker_table import selectable
 from learner_modules import multi_head_module
 from test_wrong_answers import Wrong
 from torch import nn
@@ -128,7 +129,7 @@ MIDDLE_WRONG = [
 ]
 
 
-@pytest.mark.parametrize("wrong", MIDDLE_WRONG, ids=lambda w: f"{w.checker.__name__}: {w.name}")
+@pytest.mark.parametrize("wrong", MIDDLE_WRONG, ids=lambda w: selectable(f"{w.checker.__name__}: {w.name}"))
 def test_the_learners_slips_are_rejected_and_named(wrong):
     result = wrong.checker(wrong.function, verbose=False)
     assert result.status not in ("correct", "not_attempted"), result.message

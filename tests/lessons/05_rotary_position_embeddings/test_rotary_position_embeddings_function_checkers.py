@@ -10,11 +10,12 @@ checker knows is told apart from the right answer *and* from the others.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from checker_table import table_tests
 from learner_modules import attention_ok
-from notebook_cells import defined_in_notebook
+from notebook_cells import cells, defined_in_notebook, source
 
 from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 
@@ -93,3 +94,15 @@ def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug()
     result = rope.check_rope_attention(defined_in_notebook(notebook, "buggy_rope_attention"), verbose=False)
     assert result.status == "original" and result.misconception is None, result.message
     assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))
+
+
+def test_the_last_exercise_climbs_three_labelled_hints_and_gives_no_line_of_code():
+    """Its hints go from a nudge to the shapes to the idea, in words: a name in code type, never a statement or a
+    call with its arguments (the code lives in the solutions notebook)."""
+    notebook = Path(__file__).resolve().parents[3] / "notebooks" / "05_rotary_position_embeddings.ipynb"
+    markdown = [source(c) for c in cells(notebook) if c["cell_type"] == "markdown"]
+    last = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
+    labels = re.findall(r"<summary>([^<]+)</summary>", last)
+    assert labels == ["Hint 1 · a nudge", "Hint 2 · the shapes", "Hint 3 · the idea"]
+    code = re.findall(r"`([^`]+)`", last.split("<details>", 1)[1])
+    assert code and not [c for c in code if "=" in c or re.search(r"\w\([^)]", c)], code

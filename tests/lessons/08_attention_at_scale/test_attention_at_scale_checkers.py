@@ -68,6 +68,16 @@ def starts_at_zero(s, v, t):
     return online(s, v, t, start=0.0)
 
 
+def exp_without_a_maximum(s, v, t):
+    # No running maximum at all: exp of the raw scores, tile by tile. Right on ordinary scores, like a maximum
+    # started at 0, and NaN near -1000 like it too; near +1000 it overflows where the maximum started at 0 does not.
+    norm, o = torch.zeros(s.shape[0], 1, dtype=s.dtype), torch.zeros(s.shape[0], v.shape[1], dtype=s.dtype)
+    for a in range(0, s.shape[1], t):
+        w = torch.exp(s[:, a : a + t])
+        norm, o = norm + w.sum(-1, keepdim=True), o + w @ v[a : a + t]
+    return o / norm
+
+
 def never_divided(s, v, t):
     return online(s, v, t, divide=False)
 
@@ -79,6 +89,7 @@ CHECKERS = {
 
 LISTED_MISTAKES = [
     ("online_attention", starts_at_zero, "the running maximum starts at 0 instead of -inf"),
+    ("online_attention", exp_without_a_maximum, "did not subtract the row's max"),
     ("online_attention", never_divided, "the output is not divided by the normaliser at the end"),
     ("online_attention", per_tile_softmax, "a softmax per tile, then averaged"),
     ("expand_kv", lambda x, g: x.repeat(1, g, 1, 1), "heads tiled with repeat instead of repeat_interleave"),
@@ -256,6 +267,8 @@ CATALOGUE = [
           "the sums are measured against the old maximum"),
     Wrong(check_online_attention, "torch.zeros for the running maximum", starts_at_zero,
           "the running maximum starts at 0 instead of -inf", ("0 / 0",)),
+    Wrong(check_online_attention, "exp of the raw scores, no maximum", exp_without_a_maximum,
+          "did not subtract the row's max", ("overflows",)),
     Wrong(check_online_attention, "no division at the end", never_divided,
           "the output is not divided by the normaliser at the end"),
     Wrong(check_online_attention, "divides after every tile", attention_dividing_every_tile),

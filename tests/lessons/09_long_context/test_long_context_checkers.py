@@ -69,7 +69,7 @@ CHECKERS = {
 
 LISTED_MISTAKES = [
     ("window_mask", window_one_too_long, "off by one: the window holds window + 1 keys"),
-    ("window_mask", window_without_the_query, "off by one: the query cannot see itself"),
+    ("window_mask", window_without_the_query, "the query cannot see itself"),
     ("window_mask", window_both_ways, "forgot causality: the window reaches into the future"),
     ("window_mask", lambda n, w: ~window(n, w), "mask polarity inverted (True = blocked)"),
     ("alibi_bias", lambda h, n: -alibi(h, n), "wrong sign: distant keys are favoured"),

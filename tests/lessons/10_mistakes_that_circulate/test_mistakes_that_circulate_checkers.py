@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checker_table import selectable
 
 from mhsa_helpers import causal_mask, softmax
 from mhsa_helpers.lessons.mistakes_that_circulate import check_decode_mask, check_masked_weights
@@ -89,11 +90,11 @@ def exp_of_raw_scores(scores, allowed):
 
 MASKED_WEIGHTS_MISTAKES = [
     ("added to the weights", lambda s, a: softmax(s) + torch.zeros_like(s).masked_fill(~a, -INF), None),
-    ("no mask", lambda s, a: torch.softmax(s, dim=-1), "the mask not used"),
+    ("no mask", lambda s, a: torch.softmax(s, dim=-1), "the mask was not used"),
     ("zeroed", lambda s, a: softmax(s, dim=-1) * a, "weights zeroed after the softmax, not renormalised"),
     ("zeroed, renormalised", renormalised, RENORMALISED),
     ("max over every key", max_over_every_key, RENORMALISED),
-    ("exp of the raw scores", exp_of_raw_scores, "softmax without subtracting the row's maximum"),
+    ("exp of the raw scores", exp_of_raw_scores, "did not subtract the row's max"),
     ("polarity, package softmax", lambda s, a: softmax(s.masked_fill(a, -INF), dim=-1), POLARITY),
     ("polarity, torch.softmax", lambda s, a: torch.softmax(s.masked_fill(a, -INF), dim=-1), POLARITY),
     ("polarity, filled with -1e9", lambda s, a: torch.softmax(s.masked_fill(a, -1e9), dim=-1), POLARITY),
@@ -260,7 +261,7 @@ def test_decode_mask_accepts_the_right_mask():
     assert result.correct and "Note" in result.message
 
 
-@pytest.mark.parametrize("name", list(DECODE_MASK_MISTAKES))
+@pytest.mark.parametrize("name", list(DECODE_MASK_MISTAKES), ids=[selectable(n) for n in DECODE_MASK_MISTAKES])
 def test_decode_mask_tells_then_names_each_mistake(name):
     told_then_named(check_decode_mask, DECODE_MASK_MISTAKES[name], name, DECODE_MASK_MISCONCEPTIONS)
 
