@@ -58,6 +58,14 @@ def test_rotate_spelled_out_equals_the_packages_rope(convention):
     positions = torch.tensor([0, 3, 4, 9, 10, 11, 30])
     rope = mh.RotaryEmbedding(8, 32, 500.0, convention)
     torch.testing.assert_close(rotate(x, positions, 500.0, pairs=convention), rope(x, positions))
+    # Computed in float64 whatever comes in, returned in the input's dtype.
+    torch.testing.assert_close(rotate(x.float(), positions, 500.0, pairs=convention), rope(x.float(), positions))
+
+
+def test_rotate_by_default_turns_interleaved_pairs_at_the_usual_frequencies_forwards():
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    positions = torch.arange(5)
+    torch.testing.assert_close(rotate(x, positions, 10000.0), mh.RotaryEmbedding(8, 8)(x, positions))
 
 
 @pytest.mark.parametrize(("causal", "bias", "d_in"), [(False, True, 12), (True, False, 6), (True, True, 12)])
@@ -156,6 +164,13 @@ def test_a_recipe_names_the_steps_it_gets_wrong():
     wrong = replace(CAUSAL, scale="d_head", pairs="half_split", causal=False)
     assert wrong.mistakes(CAUSAL) == {"scale": "d_head", "pairs": "half_split", "causal": False}
     assert CAUSAL.mistakes(CAUSAL) == {} and RIGHT.mistakes(RIGHT) == {}
+    # The base of RoPE is the module's setting, not a step the learner writes: no mistake by itself.
+    assert replace(CAUSAL, rope_base=500.0).mistakes(CAUSAL) == {}
+
+
+def test_the_recipe_reads_only_the_packages_module():
+    with pytest.raises(TypeError, match=r"^theirs must be a mhsa_helpers.MultiHeadSelfAttention, got Linear$"):
+        package_parameters(torch.nn.Linear(2, 2))
 
 
 def test_run_call_feeds_chunks_through_one_cache_and_names_its_outputs():

@@ -676,10 +676,6 @@ def _mistaken(function: Callable[..., Any], case: Case) -> Any:
         return function(*(_converted(a, None, False) for a in args), **kwargs)
 
 
-def _call(function: Callable[..., Any], case: Case) -> Any:
-    return function(*_fresh(case.args), **_fresh(case.kwargs))
-
-
 # ------------------------------------------------------------------ the notebook's settings, kept apart
 
 
@@ -770,6 +766,8 @@ def watching_settings(changes: list[str], *, ignore: Sequence[str] = ()) -> Iter
 
 
 def state_changed(exercise: str, changes: Sequence[str]) -> CheckResult:
+    """The verdict on code that changed PyTorch's global settings ``changes`` (keys of :data:`STATE_ADVICE`,
+    already put back): what it changed and what to write instead, at once (no symptom first: nothing to find)."""
     done = " and ".join(STATE_ADVICE[name][0] for name in changes)
     advice = "; ".join(STATE_ADVICE[name][1] for name in changes)
     return CheckResult(
@@ -785,8 +783,9 @@ def state_changed(exercise: str, changes: Sequence[str]) -> CheckResult:
 
 
 def _code_text(code: CodeType) -> str:
+    # A nested code object's own repr holds its address, which changes from run to run: its text instead.
     consts = [_code_text(c) if isinstance(c, CodeType) else repr(c) for c in code.co_consts]
-    return code.co_code.hex() + "|".join(consts) + "|".join(code.co_names)
+    return repr((code.co_code, consts, code.co_names))
 
 
 def answer_seed(learner: Callable[..., Any]) -> int:
