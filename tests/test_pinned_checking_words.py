@@ -233,8 +233,26 @@ def float32_result(values):
 
 
 def test_float32s_tolerance_grows_with_the_largest_expected_value_and_never_below_one():
-    assert float32_result([10000.0, 0.1]).correct  # 0.1 is float32's rounding beside 10000
+    # 0.1 is float32's rounding beside 10000; a float32 result is held to float32's precision, nothing to note.
+    assert float32_result([10000.0, 0.1]).message == "[ex] correct on its one case."
     assert not float32_result([0.5, 3e-5]).correct  # beside 0.5 it is not: the scale is at least 1, not 2
+
+
+# ------------------------------------------------------------------ dtypes and whole numbers
+
+
+def returned(got, expected, **options):
+    tokens = [Case((torch.zeros(3),), description="tokens")]
+    return check_function("ex", lambda x: got, lambda x: expected, tokens, verbose=False, **options)
+
+
+def test_a_wider_dtype_than_the_references_is_compared_in_the_wider_one():
+    assert returned(torch.tensor([0.5, 1.0]), torch.tensor([0.5, 1.0], dtype=torch.float16)).correct
+
+
+def test_whole_numbers_are_compared_exactly_and_their_gap_told_whatever_the_tolerance():
+    result = returned(torch.tensor([3, 1, 5]), torch.tensor([3, 1, 4]), atol=5.0)
+    assert result.message == "[ex] not yet: case 'tokens' differs from the reference (largest difference 1)."
 
 
 # ------------------------------------------------------------------ several settings changed, an error's words
