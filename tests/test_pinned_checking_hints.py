@@ -5,10 +5,12 @@ and what they record (mhsa_helpers.teaching.feedback). Pinned exactly, found unp
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mhsa_helpers.teaching import feedback
-from mhsa_helpers.teaching.checking import CheckResult
+from mhsa_helpers.teaching.checking import CheckResult, escalate
 
 WRONG = CheckResult(
     "ex",
@@ -92,3 +94,15 @@ def test_without_a_fix_reveal_gives_the_diagnosis_then_the_symptom(capsys):
     assert printed(capsys, named, "reveal") == ["[ex] d."]
     unnamed = CheckResult("ex", "incorrect", "[ex] m", symptom="[ex] not yet: look at the scores.", key="differs")
     assert printed(capsys, unnamed, "reveal") == ["[ex] not yet: look at the scores."]
+
+
+def test_a_mistake_a_hint_has_named_is_named_at_its_first_check(capsys):
+    judged = replace(WRONG, message="")  # as judge() leaves it, before escalate() chooses the words
+    assert printed(capsys, WRONG, "hint") == [WRONG.diagnosis]
+    assert escalate(judged).message == WRONG.diagnosis
+
+
+def test_a_mistake_named_on_its_repeat_hints_its_fix_next(capsys):
+    judged = replace(WRONG, message="")
+    assert [escalate(judged).message, escalate(judged).message] == [WRONG.symptom, WRONG.diagnosis]
+    assert printed(capsys, judged, "hint") == [WRONG.fix]
