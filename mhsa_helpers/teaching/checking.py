@@ -308,7 +308,7 @@ def _low_precision_tolerance(expected: torch.Tensor, atol: float, rtol: float) -
 
 
 def _tensor_difference(
-    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, low_precision: bool = False
+    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, low_precision: bool
 ) -> str | None:
     """None when ``got`` matches ``expected``; otherwise how they differ (never "differ by 0"). A result in
     a low-precision dtype (or any, with ``low_precision``) is compared at float32's precision."""
@@ -371,7 +371,7 @@ def _number_difference(got: Any, expected: Any, atol: float, rtol: float) -> str
     return f"returned {have_f:.6g}, expected {want_f:.6g}"
 
 
-def _one_difference(got: Any, expected: Any, atol: float, rtol: float, low_precision: bool = False) -> str | None:
+def _one_difference(got: Any, expected: Any, atol: float, rtol: float, low_precision: bool) -> str | None:
     if isinstance(expected, torch.Tensor) and not (expected.ndim == 0 and _is_number(got)):
         if isinstance(got, (tuple, list)) and len(got) == 1 and isinstance(got[0], torch.Tensor):
             return f"returned {_describe(got)}; return the tensor itself"
