@@ -74,7 +74,7 @@ def test_hints_climb_from_the_name_to_the_fix_and_are_counted(capsys):
 
 
 def test_a_hint_on_a_mistake_named_in_another_exercise_starts_from_its_name(capsys):
-    feedback.mark_named("other", "mistake: doubled", "hint")
+    feedback.mark_named("other", "mistake: doubled")
     assert printed(capsys, WRONG, "hint") == ["[ex] not yet: this looks like 'doubled'."]
 
 

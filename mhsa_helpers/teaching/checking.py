@@ -213,7 +213,8 @@ class CheckResult:
             )
             return
         if self.diagnosis and not feedback.named_before(self.exercise, self.key):
-            feedback.mark_named(self.exercise, self.key, "hint")
+            feedback.mark_named(self.exercise, self.key)
+            feedback.asked(self.exercise, "hint")
             print(self.diagnosis)
         else:
             self.reveal()
@@ -223,7 +224,8 @@ class CheckResult:
         if self.status in ("correct", "not_attempted") or not self.key:
             self.hint()
             return
-        feedback.mark_named(self.exercise, self.key, "reveal")
+        feedback.mark_named(self.exercise, self.key)
+        feedback.asked(self.exercise, "reveal")
         print(self.fix or f"[{self.exercise}] {self.diagnosis.split('] ', 1)[-1] or self.symptom.split('] ', 1)[-1]}")
 
 
@@ -1165,7 +1167,7 @@ def escalate(result: CheckResult) -> CheckResult:
     count = feedback.seen(result.exercise, result.key)
     named = result.diagnosis and (count > 1 or feedback.named_before(result.exercise, result.key))
     if named:
-        feedback.mark_named(result.exercise, result.key, "repeat")
+        feedback.mark_named(result.exercise, result.key)
     return replace(result, message=result.diagnosis if named else result.symptom)
 
 

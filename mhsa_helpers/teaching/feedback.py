@@ -8,7 +8,7 @@ before being told it:
   where to look;
 * the **same mistake again** gets its name and the idea behind it;
 * the **fix** is shown only on request: ``result.hint()`` climbs one rung (the name, then the fix) and
-  ``result.reveal()`` shows the fix at once. Both are counted per exercise (:func:`requests`).
+  ``result.reveal()`` shows the fix at once. Both are counted per exercise (:func:`asked`, :func:`requests`).
 
 A prediction is told "too high" or "too low" first; its value is shown from the :data:`TRIES_BEFORE_VALUE`-th
 wrong try on, or on ``result.reveal()``.
@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 
 __all__ = [
     "TRIES_BEFORE_VALUE",
+    "asked",
     "forget",
     "mark_named",
     "named_before",
@@ -49,10 +50,14 @@ def wrong_tries(exercise: str) -> int:
     return sum(_seen[exercise].values())
 
 
-def mark_named(exercise: str, diagnosis: str, request: str) -> None:
-    """Record that the learner asked for (``request``: "hint" or "reveal") and was shown ``diagnosis`` by
-    name, so that the next answer with the same mistake is named at once."""
+def mark_named(exercise: str, diagnosis: str) -> None:
+    """Record that the learner was shown ``diagnosis`` by name (on a repeat, a hint or a reveal), so that the
+    next answer with the same mistake is named at once."""
     _named[exercise].add(diagnosis)
+
+
+def asked(exercise: str, request: str) -> None:
+    """Count one request of the learner's for ``exercise``: ``request`` is "hint" or "reveal"."""
     _requests[exercise][request] += 1
 
 
