@@ -160,6 +160,39 @@ def test_drawn_cases_say_how_they_are_called_and_convert_tensors_inside_a_tuple(
     assert seen == [((f64, False),) * 2, ((f32, True),) * 2, ((f64, False),) * 2, ((f32, False),) * 2]
 
 
+def test_the_reference_gets_each_drawn_case_in_float64_without_grad_and_the_learner_as_drawn():
+    def four(generator):
+        return [
+            Case((torch.ones(2, dtype=torch.float64),), {"shift": torch.ones(2, dtype=torch.float64)}, f"{i}")
+            for i in range(4)
+        ]
+
+    def spy(seen):
+        def function(x, shift):
+            seen.append((x.dtype, x.requires_grad, shift.dtype, shift.requires_grad))
+            return x + shift
+
+        return function
+
+    learner_saw, reference_saw = [], []
+    check_function("ex", spy(learner_saw), spy(reference_saw), [], draw=four, verbose=False)
+    f64, f32 = torch.float64, torch.float32
+    assert reference_saw == [(f64, False, f64, False)] * 4
+    assert learner_saw == [(f64, False) * 2, (f32, True) * 2, (f64, False) * 2, (f32, False) * 2]
+
+
+def test_a_case_that_requires_grad_gives_the_learner_such_inputs_in_its_own_dtype():
+    seen = []
+
+    def learner(x):
+        seen.append((x.dtype, x.requires_grad))
+        return x + 1
+
+    case = Case((torch.ones(2, dtype=torch.float64),), requires_grad=True)
+    check_function("ex", learner, lambda x: x + 1, [case], verbose=False)
+    assert seen[0] == (torch.float64, True)
+
+
 def compiled(source: str):
     """A function no file holds the source of (made by ``exec``): its seed comes from its compiled code."""
     namespace: dict = {}
