@@ -307,6 +307,16 @@ def test_two_changed_settings_are_both_named_and_put_back():
     )
 
 
+def test_a_setting_changed_before_an_error_is_named_before_the_error():
+    def learner(x):
+        torch.set_grad_enabled(False)
+        raise RuntimeError("and then this")
+
+    result = check(learner)
+    assert (result.exercise, result.misconception) == ("ex", STATE_CHANGED)
+    assert result.message.startswith("[ex] not yet: your code turned gradients off for the rest of the notebook")
+
+
 def test_an_error_about_a_dtype_sends_the_learner_to_the_dtypes():
     def learner(x):
         raise RuntimeError("expected dtype Float but found Double")
