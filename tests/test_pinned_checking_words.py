@@ -84,6 +84,27 @@ def test_a_mistake_is_worked_out_with_the_cases_keyword_arguments():
     assert result.misconception == "times", result.message
 
 
+def test_a_property_without_a_symptom_is_told_in_general_words_then_named():
+    finite = Misconception(
+        "not finite", None, "Idea.", detect=lambda run: bool(run(torch.tensor([-5.0])).isnan().any()), always=True
+    )
+
+    def nan_at_minus_five(x):
+        return x + 1 + 0 * (1 / (x + 5))
+
+    first, second = (check(nan_at_minus_five, [finite]) for _ in range(2))
+    assert first.message == (
+        "[ex] not yet: your function gives the reference's numbers on its one case, but it fails a test of a "
+        "property every right answer has. This is a known mistake: `result.hint()` names it."
+    )
+    assert second.message == "[ex] not yet: this looks like 'not finite'. Idea."
+
+
+def test_a_handed_out_original_is_told_so_under_its_exercise():
+    result = check(doubles, original=doubles)
+    assert (result.exercise, result.status) == ("ex", "original")
+
+
 # ------------------------------------------------------------------ where it is right
 
 
@@ -256,6 +277,16 @@ def test_a_modules_seed_is_its_class_source_and_a_builtins_its_name():
 
 
 # ------------------------------------------------------------------ float32's tolerance
+
+
+def test_a_float64_result_with_float32s_rounding_is_right_and_said_so():
+    hundredth = [Case((torch.zeros(1, dtype=torch.float64),))]
+    result = check_function("ex", lambda x: x + 0.01 + 1.5e-5, lambda x: x + 0.01, hundredth, verbose=False)
+    assert result.message == (
+        "[ex] correct on its one case. Your results carry float32's rounding, though the inputs are float64: "
+        "somewhere your code computes in float32 (a tensor made with torch.tensor(...) or .float(), say). That is "
+        "fine here."
+    )
 
 
 def float32_result(values):

@@ -1390,7 +1390,7 @@ def _check(
     if first_wrong is None or rounded:
         failing = _failing_property(misconceptions, run)
         if failing is not None:
-            what = failing.symptom or "it fails a test of a property every right answer has"
+            what = failing.symptom or "it fails a test of a property every right answer has."
             result = _diagnosed(exercise, [failing], "", None, None)
             counted = "its one case" if len(cases) == 1 else f"all {len(cases)} cases"
             return replace(
