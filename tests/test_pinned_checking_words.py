@@ -105,6 +105,35 @@ def test_a_handed_out_original_is_told_so_under_its_exercise():
     assert (result.exercise, result.status) == ("ex", "original")
 
 
+def test_an_unnamed_difference_waits_for_its_words_and_its_reveal_sends_the_learner_to_the_case(capsys):
+    judged = judge("ex", doubles, lambda x: x + 1, TWO_NUMBERS)
+    assert (judged.status, judged.message, judged.key) == ("incorrect", "", "differs")
+    check(doubles).reveal()
+    assert capsys.readouterr().out == (
+        "[ex] no known mistake fits your numbers, so there is no fix to show: call your function on "
+        "`result.case.args` and compare what it gives, step by step, with the reference's `result.expected`.\n"
+    )
+
+
+def test_code_that_fails_except_on_square_inputs_is_named_by_what_it_gives_there():
+    def learner(x):
+        return x + x.T
+
+    mistakes = [Misconception("added its transpose", lambda x: x + x.T, "Idea.")]
+    cases = [Case((torch.ones(2, 3),), description="2 by 3")]
+    square = [Case((torch.arange(4.0).reshape(2, 2),), description="2 by 2")]
+    result = check(learner, mistakes, cases=cases, square_cases=square)
+    assert result.misconception == "added its transpose"
+    assert result.diagnosis.startswith(
+        "[ex] not yet: this looks like 'added its transpose'. Idea. (On other inputs your function raised "
+        "RuntimeError: "
+    )
+    assert result.diagnosis.endswith(
+        "check which shapes your code assumes; on square inputs, where every axis has the same length, the same code "
+        "runs without an error and gives wrong numbers.)"
+    )
+
+
 # ------------------------------------------------------------------ where it is right
 
 
