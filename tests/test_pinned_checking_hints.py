@@ -106,3 +106,13 @@ def test_a_mistake_named_on_its_repeat_hints_its_fix_next(capsys):
     judged = replace(WRONG, message="")
     assert [escalate(judged).message, escalate(judged).message] == [WRONG.symptom, WRONG.diagnosis]
     assert printed(capsys, judged, "hint") == [WRONG.fix]
+
+
+def test_only_the_exercises_own_tag_is_taken_off_what_is_repeated(capsys):
+    # The exercise's name may hold a space, and the text after its tag a "] " of its own (an index, say).
+    error = CheckResult("my ex", "error", "[my ex] your function raised at x[0] here.", key="k")
+    assert printed(capsys, error, "hint") == ["[my ex] your function raised at x[0] here."]
+    named = CheckResult("my ex", "misconception", "[my ex] m", diagnosis="[my ex] look at x[0] first.", key="k")
+    assert printed(capsys, named, "reveal") == ["[my ex] look at x[0] first."]
+    unnamed = CheckResult("my ex", "incorrect", "[my ex] m", symptom="[my ex] x[0] differs, x[1] too.", key="k")
+    assert printed(capsys, unnamed, "reveal") == ["[my ex] x[0] differs, x[1] too."]
