@@ -296,6 +296,14 @@ def test_the_seed_is_the_learners_own_function_under_at_most_20_wrappers():
     assert answer_seed(decorated) == answer_seed(plus_one)
 
 
+def test_past_its_wrappers_an_object_without_source_or_name_is_seeded_by_its_type():
+    class OtherWrapper(Wrapper):
+        pass
+
+    deep, other = wrapped(plus_one, 21), wrapped(OtherWrapper(plus_one), 20)
+    assert answer_seed(deep) != answer_seed(other)
+
+
 def test_a_modules_seed_is_its_class_source_and_a_builtins_its_name():
     class Mine(torch.nn.Module):
         def forward(self, x):
