@@ -117,6 +117,8 @@ SLIPS_AS_RECIPES = [
     ({"sign": -1}, {"sign": -1}),
     ({"base_ignored": True}, {"base": 10000.0}),
     ({"positions": "zero"}, {"positions": "zero"}),
+    # RoPE on q and k alone sees only differences of positions; turned values show where the count starts.
+    ({"rope_v": True, "positions": "zero"}, {"rotated": "qkv", "positions": "zero"}),
     ({"positions": "after_append"}, {"positions": "past+new"}),
     ({"mask_top_left": True}, {"mask": "top-left"}),
     ({"cache_unrotated": True}, {"cached_keys": "unrotated"}),
