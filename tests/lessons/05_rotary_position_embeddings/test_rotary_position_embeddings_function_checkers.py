@@ -15,7 +15,7 @@ from pathlib import Path
 
 from checker_table import table_tests
 from learner_modules import attention_ok
-from notebook_cells import cells, defined_in_notebook, source
+from notebook_cells import defined_in_notebook, last_exercise_hints
 
 from mhsa_helpers.lessons.rotary_position_embeddings import exercises as rope
 
@@ -100,9 +100,6 @@ def test_the_last_exercise_climbs_three_labelled_hints_and_gives_no_line_of_code
     """Its hints go from a nudge to the shapes to the idea, in words: a name in code type, never a statement or a
     call with its arguments (the code lives in the solutions notebook)."""
     notebook = Path(__file__).resolve().parents[3] / "notebooks" / "05_rotary_position_embeddings.ipynb"
-    markdown = [source(c) for c in cells(notebook) if c["cell_type"] == "markdown"]
-    last = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
-    labels = re.findall(r"<summary>([^<]+)</summary>", last)
+    labels, code = last_exercise_hints(notebook)
     assert labels == ["Hint 1 · a nudge", "Hint 2 · the shapes", "Hint 3 · the idea"]
-    code = re.findall(r"`([^`]+)`", last.split("<details>", 1)[1])
     assert code and not [c for c in code if "=" in c or re.search(r"\w\([^)]", c)], code
