@@ -1,0 +1,202 @@
+"""Behaviour checked against references written independently of the module's parts.
+
+Some faults survived the rest of the suite because a test compared a module with its own
+sub-modules (``block.mlp(block.ln_2(h))``, ``cache.positions``, a weight of ones...): a fault inside
+the sub-module then sits on both sides of the comparison. Each test here computes the expected
+value from the published recipe, with plain torch functions or plain Python loops over the
+definition, and reads nothing from the module but its parameters (and, for the cache, what it was
+fed). Each test names the fault it is there to catch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mhsa_helpers import SlidingWindowCache
+from mhsa_helpers.block import RMSNorm, TransformerBlock
+from mhsa_helpers.kv_cache_memory import ModelConfig, kv_cache_variants
+
+F64 = torch.float64
+
+# ---------------------------------------------------------------- TransformerBlock, written out
+
+
+def _layer_norm(x, weight, bias, eps=1e-5):
+    """LayerNorm (Ba et al., 2016) over the last axis, with the biased variance as nn.LayerNorm uses."""
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight + bias
+
+
+def _gelu(x):
+    """GELU (Hendrycks & Gimpel, 2016), the exact form: x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def _rope(t, base=10000.0):
+    """RoPE as Meta's LLaMA code writes it: the pairs (t[2i], t[2i+1]) read as complex numbers and
+    multiplied by exp(i m theta_i), theta_i = base^(-2i/d_head), for the token at position m.
+
+    The cos and sin are rounded to float32, as the module keeps them (RotaryEmbedding's table is
+    float32 whatever the dtype of the model); the product is in t's dtype."""
+    seq, d_head = t.shape[-2], t.shape[-1]
+    theta = base ** (-torch.arange(0, d_head, 2, dtype=F64) / d_head)
+    angles = torch.arange(seq, dtype=F64)[:, None] * theta  # (seq, d_head // 2)
+    turn = torch.complex(angles.cos().float().to(t.dtype), angles.sin().float().to(t.dtype))
+    pairs = torch.view_as_complex(t.reshape(*t.shape[:-1], d_head // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turn).flatten(-2)
+
+
+def _causal_self_attention(h, w_qkv, b_qkv, w_o, b_o, num_heads):
+    """softmax(Q K^T / sqrt(d_head) + causal mask) V per head, with RoPE on Q and K, then W_O."""
+    batch, seq, d_model = h.shape
+    d_head = d_model // num_heads
+    w_q, w_k, w_v = w_qkv.chunk(3)  # rows [W_Q; W_K; W_V], as nn.MultiheadAttention's in_proj_weight
+    b_q, b_k, b_v = b_qkv.chunk(3)
+
+    def heads(t):  # (batch, seq, d_model) -> (batch, heads, seq, d_head): head j owns features j*d_head..
+        return t.reshape(batch, seq, num_heads, d_head).permute(0, 2, 1, 3)
+
+    q, k, v = heads(h @ w_q.T + b_q), heads(h @ w_k.T + b_k), heads(h @ w_v.T + b_v)
+    q, k = _rope(q), _rope(k)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    merged = (weights @ v).permute(0, 2, 1, 3).reshape(batch, seq, d_model)
+    return merged @ w_o.T + b_o
+
+
+def test_transformer_block_equals_the_pre_norm_recipe_written_out():
+    """Kills ``nn.GELU()`` -> ``nn.ReLU()`` (or the tanh approximation of GELU) in TransformerBlock's MLP.
+
+    The other block tests build the expected value from ``block.mlp`` and ``block.attn``, so a wrong
+    activation inside them is on both sides. Here only the parameters are read: LayerNorm, attention
+    (causal, RoPE), the exact GELU and the residuals are written with plain tensor operations."""
+    torch.manual_seed(0)
+    d_model, num_heads = 8, 2
+    block = TransformerBlock(d_model, num_heads).to(F64).eval()
+    with torch.no_grad():  # no default ones and zeros: every parameter must reach the output
+        for param in block.parameters():
+            param.copy_(torch.randn_like(param) * 0.5)
+    x = torch.randn(2, 6, d_model, dtype=F64)
+    params = dict(block.named_parameters())
+
+    h = _layer_norm(x, params["ln_1.weight"], params["ln_1.bias"])
+    names = ("qkv_proj.weight", "qkv_proj.bias", "out_proj.weight", "out_proj.bias")
+    attention = [params[f"attn.{name}"] for name in names]
+    x1 = x + _causal_self_attention(h, *attention, num_heads)
+    h = _layer_norm(x1, params["ln_2.weight"], params["ln_2.bias"])
+    hidden = _gelu(h @ params["mlp.0.weight"].T + params["mlp.0.bias"])
+    expected = x1 + hidden @ params["mlp.2.weight"].T + params["mlp.2.bias"]
+
+    with torch.no_grad():
+        out = block(x)
+        torch.testing.assert_close(out, expected.detach(), rtol=0, atol=1e-10)
+
+
+# ---------------------------------------------------------------- RMSNorm: where the cast back happens
+
+
+def test_rms_norm_casts_back_to_the_input_dtype_before_the_weight():
+    """Kills ``(self.weight * normed).to(x.dtype)``: the weight applied before the cast back.
+
+    Llama's RMSNorm (and Hugging Face's LlamaRMSNorm) normalise in float32, round the normalised
+    ``x`` to ``x``'s dtype, and only then multiply by the weight. The other tests use the default
+    weight of ones, for which both orders agree; here the weight is not ones and the input is
+    bfloat16, where rounding twice (to bfloat16, then the product to bfloat16) and rounding once
+    differ. The expected value is the formula, written out."""
+    torch.manual_seed(0)
+    eps = 1e-5
+    x = torch.randn(3, 8).to(torch.bfloat16)
+    w = torch.tensor([1.7, -0.3, 2.5, 0.9, 1.1, -1.3, 0.6, 3.1]).to(torch.bfloat16)
+    norm = RMSNorm(8, eps).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(w)
+        out = norm(x)
+
+    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    expected = w * normed.to(torch.bfloat16)
+    assert not torch.equal((w * normed).to(torch.bfloat16), expected)  # the two orders differ on these numbers
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected)
+
+
+# ---------------------------------------------------------------- SlidingWindowCache.mask_for, from the definition
+
+
+@pytest.mark.parametrize(
+    ("window", "sinks", "steps"),
+    [
+        (3, 2, [5, 1, 1, 3, 4]),  # the first step holds the sinks and the queries before them
+        (4, 3, [2, 1, 4, 2]),  # the first step is shorter than the sinks: the last sink comes later
+        (2, 1, [1, 3, 2, 1]),
+        (1, 2, [4, 1, 2]),  # window 1: a token sees itself and the sinks only
+        (3, 4, [6, 2, 5]),  # more sinks than window
+        (5, 0, [3, 4, 1]),  # no sinks at all
+    ],
+)
+def test_sliding_window_cache_mask_is_the_definition(window, sinks, steps):
+    """Kills a mask that lets a query see a *later* sink, e.g. the precedence slip
+    ``(behind >= 0) & (behind < self.window) | (key_positions[None, :] < self.sinks)``.
+
+    Fed through ``MultiHeadSelfAttention(causal=True)`` such a mask is harmless (the causal mask
+    hides the later sink), so the decoding tests cannot see it. The expected mask is built with
+    Python loops from the definition: the query at position p sees the key at position k iff
+    ``k <= p and (p - k < window or k < sinks)``. The keys' positions are read from the keys
+    themselves (each key holds its own position), not from ``cache.positions``."""
+    cache, seen = SlidingWindowCache(window, sinks), 0
+    for new in steps:
+        held = [] if cache.keys is None else [int(p) for p in cache.keys[0, :, 0].tolist()]
+        # What the next query may attend to is exactly what is held: the sinks and the last window - 1.
+        assert held == [k for k in range(seen) if k < sinks or seen - k < window]
+        queries = range(seen, seen + new)
+        columns = held + list(queries)
+        expected = [[k <= p and (p - k < window or k < sinks) for k in columns] for p in queries]
+        assert cache.mask_for(new).tolist() == expected, (window, sinks, seen, new)
+        keys = torch.arange(seen, seen + new, dtype=F64)[None, :, None]  # (heads=1, new, d=1): row p holds p
+        cache.append(keys, -keys)
+        seen += new
+
+
+# ---------------------------------------------------------------- ModelConfig.attention, from the definition
+
+
+def _kind(num_heads, num_kv_heads):
+    """Group size = query heads per key/value head: 1 is MHA (each query head has its own key/value
+    head), num_heads > 1 is MQA (all share one), anything in between GQA."""
+    group = num_heads // num_kv_heads
+    if group == 1:
+        return "MHA"
+    return "MQA" if group == num_heads else "GQA"
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads"), [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (12, 3), (32, 8)]
+)
+def test_model_config_attention_is_the_group_size(num_heads, num_kv_heads):
+    """Kills an ``attention`` that asks ``num_kv_heads == 1`` first and calls a one-head model "MQA".
+
+    A model with one query head and one key/value head gives every query head its own key/value
+    head: it is MHA (group size 1), as the class docstring says ("equal for multi-head attention").
+    The expected kind is computed from the group size, not from the property's own tests."""
+    config = ModelConfig("toy", num_layers=2, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=8)
+    assert config.attention == _kind(num_heads, num_kv_heads)
+    # The model's own kind is the bar of the comparison table that keeps its number of key/value heads.
+    variants = {v.name: v for v in kv_cache_variants(config, tokens=10)}
+    assert variants[config.attention].num_kv_heads == num_kv_heads
+
+
+def test_a_one_head_model_is_mha_and_its_three_variants_cost_the_same():
+    """Kills the same fault; the table of variants for a one-head model: with a single query head
+    MHA, GQA and MQA all keep one key/value head, so the three bars are the same size,
+    2 (K and V) x layers x kv_heads x head_dim x tokens x batch x bytes."""
+    config = ModelConfig("one head", num_layers=3, num_heads=1, num_kv_heads=1, head_dim=16)
+    assert config.attention == "MHA"
+    variants = kv_cache_variants(config, tokens=100, batch=2, dtype="float16")
+    assert [(v.name, v.num_kv_heads, v.bytes) for v in variants] == [
+        ("MHA", 1, 2 * 3 * 1 * 16 * 100 * 2 * 2),
+        ("GQA", 1, 2 * 3 * 1 * 16 * 100 * 2 * 2),
+        ("MQA", 1, 2 * 3 * 1 * 16 * 100 * 2 * 2),
+    ]
