@@ -213,3 +213,52 @@ def test_from_the_third_wrong_try_on_a_prediction_that_fits_no_reasoning_is_hint
     assert third.diagnosis == ""
     third.hint()
     assert capsys.readouterr().out == "[p] The value is 0.25.\n"
+
+
+# ------------------------------------------------------------------ the right number in the wrong form; the order
+
+
+def test_the_right_number_in_another_shape_is_told_its_shape_not_too_low():
+    assert predict(torch.tensor([3.0]), truth=torch.tensor(3.0)).message == (
+        "[p] not yet: case 'a weight' differs from the reference (got shape (1,), expected shape ())."
+    )
+    assert predict(torch.tensor([3.0]), truth=3.0).message == (
+        "[p] not yet: case 'a weight' differs from the reference (returned a tensor of shape (1,), expected a number)."
+    )
+
+
+def test_higher_or_lower_compares_the_numbers_as_given_not_after_rounding_to_the_truths_dtype():
+    # 16777217 rounds to 16777216 in float32: compared as tensors, the two would be equal ("too low").
+    result = predict(torch.tensor(16777217), truth=torch.tensor(16777216.0), atol=0.0)
+    assert result.message == "[p] not yet: your prediction 1.67772e+07 is too high. Think it through once more."
+
+
+# ------------------------------------------------------------------ which listed mistakes bound the tolerance
+
+
+def test_a_mistake_without_a_value_or_failing_leaves_the_next_ones_bounding_the_tolerance():
+    near = Misconception("near", lambda: 10.4, "close")
+    unknown = Misconception("unknown", None, "no value")
+
+    def fails():
+        raise ValueError("cannot be worked out here")
+
+    failing = Misconception("failing", fails, "raises")
+    for first in (unknown, failing):
+        # a quarter of the gap to 10.4 is 0.1, tighter than 2% of 10 (0.2)
+        assert predict(10.15, truth=10.0, mistakes=(first, near)).status == "incorrect"
+        assert predict(10.05, truth=10.0, mistakes=(first, near)).correct
+
+
+def test_the_tolerance_ignores_a_mistake_of_another_shape_and_takes_any_tensor():
+    assert prediction_tolerance(10.0, [torch.tensor([10.2, 10.2])], math.inf) == 0.2
+    assert prediction_tolerance(torch.tensor([0.5, 0.5]), [torch.tensor([True, False])], math.inf) == 0.01
+    assert prediction_tolerance(torch.tensor([True, True]), [torch.tensor([0.0, 1.0])], math.inf) == 0.02
+    assert prediction_tolerance(torch.empty(0), [], math.inf) == math.inf
+    assert prediction_tolerance(torch.empty(0), [], 0.5) == 0.5
+
+
+def test_a_prediction_of_several_values_that_are_not_numbers_is_compared_as_given():
+    result = predict(lambda: (True, False), truth=(True, True))
+    assert (result.status, result.correct) == ("incorrect", False)
+    assert predict(lambda: (True, True), truth=(True, True)).correct

@@ -152,10 +152,17 @@ def _told(result: CheckResult, value: Any, explain: str, mistakes: Sequence[Misc
 
 def _comparable(got: Any, value: Any) -> bool:
     """True when the learner's answer is a value of the truth's kind: a number for a number, a tensor of the same
-    shape and dtype for a tensor."""
+    shape and dtype for a tensor. A number equal to the truth but rejected (``tensor([3.])`` for ``tensor(3.)``)
+    is not: its form is what is wrong, and "too low" would blame the number."""
     if isinstance(value, torch.Tensor) and value.numel() > 1:
         return isinstance(got, torch.Tensor) and got.shape == value.shape and got.dtype == value.dtype
-    return _number(got) is not None
+    return _number(got) is not None and _as_given(got) != _as_given(value)
+
+
+def _as_given(number: Any) -> Any:
+    """A number as a Python number of its own kind: ints exactly (2**53 + 1 and 2**53 are one float, but not one
+    number), and a one-element tensor read out rather than compared in a dtype the other side is rounded to."""
+    return number.item() if isinstance(number, torch.Tensor) else number
 
 
 def _shown(value: Any) -> str:
@@ -167,8 +174,7 @@ def _shown(value: Any) -> str:
 def _direction(got: Any, value: Any) -> str:
     """Whether the prediction is too high or too low; for a few booleans, how many of them are wrong."""
     if _number(got) is not None and _number(value) is not None:
-        # Compared as given (ints exactly): 2**53 + 1 and 2**53 are one float, but not one number.
-        mine, truth = (v.item() if isinstance(v, torch.Tensor) else v for v in (got, value))
+        mine, truth = _as_given(got), _as_given(value)
         return f"your prediction {float(mine):g} is too {'high' if mine > truth else 'low'}"
     wrong = int((got != value).sum())
     return f"{wrong} of your {value.numel()} answers {'is' if wrong == 1 else 'are'} wrong"
