@@ -150,7 +150,7 @@ def causal_module(**slip):
                 )
             fast = slip.get("fast_path_without_mask") and cache is None and not need_weights
             if not slip.get("no_mask") and not fast:
-                scores = scores.masked_fill(~allowed, float("-inf"))
+                scores = scores.masked_fill(~allowed, slip.get("fill", float("-inf")))
             weights = torch.softmax(scores, dim=slip.get("softmax_dim", -1))
             merged = merge(weights @ v, reshape_only=slip.get("reshape_only", False))
             if slip.get("batch_mixed") and merged.shape[0] > 1:  # the batch flattened with the positions somewhere

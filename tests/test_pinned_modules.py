@@ -82,7 +82,7 @@ def test_a_backward_that_fails_is_reported_at_the_learners_line():
             return out.detach() if torch.is_grad_enabled() and out.requires_grad else out
 
     result = check_04(Detached)
-    assert result.status == "error" and result.message.startswith(
+    assert (result.exercise, result.status) == ("ex", "error") and result.message.startswith(
         "[ex] backward through your module raised RuntimeError: element 0 of tensors does not require grad"
     ), result.message
 

@@ -410,6 +410,7 @@ def test_a_grouped_models_weights_go_in_as_notebook_11_copies_them():
         ({"positions": "zero"}, "'positions not offset by the cache'"),
         ({"fast_path_without_mask": True}, "'need_weights=True takes another path'"),
         ({"weights_dropped": True}, "'need_weights=True ignored'"),
+        ({"fill": -1e9}, "'blocked scores pushed down by a finite number instead of -inf'"),
     ],
 )
 def test_a_failed_payoff_claim_prints_its_cause_in_one_line(slips, cause, capsys):

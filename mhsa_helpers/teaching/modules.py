@@ -21,7 +21,8 @@ The learner writes an ``nn.Module`` with four ``nn.Linear`` projections named ``
    (:class:`~mhsa_helpers.teaching.attention_recipe.Recipe`) that give exactly what the module gives. A
    mistake is named only when every recipe left has it; otherwise the message says which isolated step
    differs and where to look;
-5. checks that gradients reach every weight.
+5. checks that gradients reach every weight, and that a blocked key takes no weight even when the only visible
+   one scores far below zero (a finite fill such as -1e9 gives it all).
 
 :func:`explain` runs the same diagnosis in one line, for the payoff cells of notebooks 07 and 11.
 """
@@ -53,6 +54,7 @@ from .checking import (
     state_changed,
     watching_settings,
 )
+from .misconceptions import FINITE_FILL_FIX, FINITE_FILL_NAME
 
 __all__ = [
     "CAUSAL_CONTRACT",
@@ -1042,6 +1044,8 @@ def _behaviour(exercise: str, module: nn.Module, contract: Contract, x: torch.Te
     """Before any number is compared: does the module behave as a function of its input?"""
     with torch.no_grad():
         first = module(x)
+        if first is None:  # nothing returned: the comparison's own message says so, not a path's
+            return None
         if isinstance(first, (tuple, list)) and contract.cache:
             return _observed(
                 exercise, "returns (output, weights) without need_weights=True",
@@ -1171,6 +1175,28 @@ def _gradients_reach_every_weight(
     return None
 
 
+def _blocked_key_takes_weight(exercise: str, module: nn.Module, x: torch.Tensor) -> CheckResult | None:
+    """Whether the first token, whose one visible key scores far below zero, gives its weight to a blocked later
+    key, as a finite fill (-1e4, -1e9) lets it: with ``W_Q = -1e30 W_K`` its score is ``-1e30 |k|² / √d_head``
+    (RoPE turns nothing at position 0), and its output is its own value through ``W_O`` whatever the scores."""
+    w_q, w_k, w_v, w_o = (projection(module, name) for name in PROJECTIONS)
+    with torch.no_grad():
+        w_q.weight.copy_(-1e30 * w_k.weight)
+        if w_q.bias is not None:
+            w_q.bias.copy_(-1e30 * w_k.bias if w_k.bias is not None else torch.zeros_like(w_q.bias))
+        first, alone = module(x)[:, 0], w_o(w_v(x[:, 0]))
+    # NaN is another mistake's sign (a softmax without its maximum subtracted), not this one's.
+    if not bool(torch.isfinite(first).all()) or torch.allclose(first, alone, atol=1e-5, rtol=1e-4):
+        return None
+    return _observed(
+        exercise, FINITE_FILL_NAME,
+        "when the first token's one visible key scores far below zero (about -1e30), its output is not that "
+        "key's value: a blocked later key took the weight.",
+        "A finite fill (-1e4 or -1e9) works only while every visible score stays far above it.",
+        FINITE_FILL_FIX,
+    )  # fmt: skip
+
+
 def check_module(
     exercise: str,
     learner: Any,
@@ -1229,6 +1255,10 @@ def _check_module(
             gradients = _gradients_reach_every_weight(exercise, module, x, reference)
             if gradients is not None:
                 return gradients
+            if contract.causal and not settings[0].kv_heads:  # (grouped keys have fewer rows than W_Q)
+                blocked = _blocked_key_takes_weight(exercise, module, x)
+                if blocked is not None:
+                    return blocked
         module = _build(exercise, learner, contract, setting)
         if isinstance(module, CheckResult):
             return module
@@ -1316,9 +1346,11 @@ def _told(
     """A module that differs from the package somewhere: where (the symptom), and what the isolating probes
     single out."""
     built = setting.describe(contract, _name(learner))
-    if found.status in ("error", "not_attempted") or (found.misconception is not None and not found.key):
+    if not found.key:
+        # Its message says all there is (an error, not written yet, a change in place, nothing returned): no
+        # number to isolate.
         return replace(found, message=found.message.replace("] ", f"] with {built}: ", 1))
-    where = found.symptom.split(" not yet: ", 1)[-1].rstrip(".")
+    where = found.symptom.removeprefix(f"[{exercise}] not yet: ").removesuffix(".")
     result = _diagnosed(
         exercise, learner, contract, f"with {built}{' (drawn for your code)' if drawn else ''}, {where}"
     )
@@ -1412,5 +1444,5 @@ def explain(learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = 
         return (
             f"What the checker of {exercise} finds in your module (the likely cause): {names}. Revisit that exercise."
         )
-    said = (result.message or result.symptom).split("] ", 1)[-1].removeprefix("not yet: ")
+    said = (result.message or result.symptom).removeprefix(f"[{exercise}] ").removeprefix("not yet: ")
     return f"What the checker of {exercise} finds in your module (the likely cause): {said} Revisit that exercise."

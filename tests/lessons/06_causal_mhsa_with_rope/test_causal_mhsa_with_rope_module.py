@@ -33,6 +33,15 @@ MIDDLE_WRONG = [
         named="mask not offset by the cache",
     ),
     Wrong(check_my_causal_self_attention, "no mask", causal_module(no_mask=True), named="no causal mask"),
+    *(
+        Wrong(
+            check_my_causal_self_attention,
+            f"a finite fill {fill:g}",
+            causal_module(fill=fill),
+            named="blocked scores pushed down by a finite number instead of -inf",
+        )
+        for fill in (-1e9, -1e4)
+    ),
     Wrong(check_my_causal_self_attention, "RoPE on v", causal_module(rope_v=True), named="RoPE applied to V"),
     Wrong(
         check_my_causal_self_attention,

@@ -1,0 +1,314 @@
+"""The module checker (``mhsa_helpers.teaching.modules``) word for word where it diagnoses: one known mistake,
+two, one beside something no known mistake explains, none; a difference only at a size drawn for the answer;
+an unwritten path, an error and nothing returned; the gradient check; the finite-fill probe; and ``explain``'s
+line for each. Found unpinned by mutation testing (``make mutate``): these messages could change and no test
+noticed.
+
+Written against public behaviour only (``check_module``, ``explain``, ``module_is_written``, ``projection``),
+with modules written as a learner writes them (``learner_modules``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from learner_modules import causal_module, multi_head_module
+from torch import nn
+
+from mhsa_helpers.teaching.modules import (
+    CAUSAL_CONTRACT,
+    MULTI_HEAD_CONTRACT,
+    Call,
+    ModuleSetting,
+    check_module,
+    explain,
+    module_is_written,
+    projection,
+)
+
+CAUSAL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("weights", 1, 4))),)
+ONE = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
+CAUSE = "What the checker of notebook 06, exercise 3 finds in your module (the likely cause): "
+HALF_SPLIT = "rotating pairs half-split instead of interleaved"
+HALF_SPLIT_HINT = (
+    "Notebook 05's RoPE (and this contract) pairs neighbouring features (x[2i], x[2i+1]); half-split pairs "
+    "(x[i], x[i + d/2]) are another model's convention."
+)
+HALF_SPLIT_FIX = "Pair x[..., 0::2] with x[..., 1::2] and interleave the rotated pairs back."
+NO_SQRT = "divided by d_head without the square root"
+NO_SQRT_HINT = (
+    "The spread of q·k grows like √d_head; dividing by d_head shrinks the scores too far and flattens the weights."
+)
+ISOLATED = "Driven with crafted weights that isolate one step at a time"
+
+
+def check(learner, settings=CAUSAL, contract=CAUSAL_CONTRACT):
+    return check_module("ex", learner, contract, settings, seed=1, verbose=False)
+
+
+def scaled(base, *, when=lambda module, cache: True):
+    """``base``'s module with its output multiplied by 1.1 where ``when(module, cache)``: a difference no known
+    mistake explains."""
+
+    class Scaled(base):
+        def forward(self, x, cache=None, need_weights=False):
+            out = super().forward(x, cache, need_weights)
+            if not when(self, cache):
+                return out
+            return (out[0] * 1.1, out[1]) if isinstance(out, tuple) else out * 1.1
+
+    return Scaled
+
+
+# ------------------------------------------------------------------ what the isolating probes single out
+
+
+def test_one_known_mistake_its_symptom_then_its_name_and_fix_with_the_case_that_showed_it():
+    result = check(causal_module(half_split=True))
+    where = "with MyCausalSelfAttention(8, 2), case 'x (2, 5, 8), full pass' differs from the reference"
+    assert (result.exercise, result.status, result.misconception, result.key) == (
+        "ex",
+        "misconception",
+        HALF_SPLIT,
+        f"mistake: {HALF_SPLIT}",
+    )
+    assert (
+        result.message
+        == result.symptom
+        == (
+            f"[ex] not yet: {where} (largest difference 1.47). {ISOLATED}, it singles out what differs: look at which "
+            "features RoPE pairs. This is a known mistake: `result.hint()` names it."
+        )
+    )
+    assert result.diagnosis == (
+        f"[ex] not yet: this looks like '{HALF_SPLIT}': {HALF_SPLIT_HINT} `result.reveal()` shows the fix."
+    )
+    assert result.fix == f"[ex] the fix for '{HALF_SPLIT}': {HALF_SPLIT_FIX}"
+    assert result.case.description == "x (2, 5, 8), full pass" and result.case.args[0].shape == (2, 5, 8)
+    assert result.expected.shape == result.got.shape == (2, 5, 8)
+    assert float((result.expected - result.got).detach().abs().max()) == pytest.approx(1.47, abs=0.005)
+    assert explain(causal_module(half_split=True)) == f"{CAUSE}'{HALF_SPLIT}'. Revisit that exercise."
+
+
+def test_two_known_mistakes_are_named_together_in_the_catalogues_order():
+    result = check(causal_module(half_split=True, scale="d_head no sqrt"))
+    assert (result.misconception, result.key) == (NO_SQRT, f"mistake: {NO_SQRT} | {HALF_SPLIT}")
+    assert result.message.endswith(
+        f"(largest difference 1.56). {ISOLATED}, it singles out what differs: look at how the scores are scaled. "
+        "Look at which features RoPE pairs. These are known mistakes: `result.hint()` names them."
+    )
+    assert result.diagnosis == (
+        f"[ex] not yet: this looks like '{NO_SQRT}': {NO_SQRT_HINT} '{HALF_SPLIT}': {HALF_SPLIT_HINT} "
+        "`result.reveal()` shows the fix."
+    )
+    assert result.fix == (
+        f"[ex] the fix for '{NO_SQRT}': Divide by math.sqrt(d_head), not by d_head. "
+        f"[ex] the fix for '{HALF_SPLIT}': {HALF_SPLIT_FIX}"
+    )
+    assert explain(causal_module(half_split=True, scale="d_head no sqrt")) == (
+        f"{CAUSE}'{NO_SQRT}' and '{HALF_SPLIT}'. Revisit that exercise."
+    )
+
+
+def test_a_known_mistake_beside_a_difference_none_explains_says_so():
+    result = check(scaled(causal_module(half_split=True), when=lambda m, cache: cache is not None and cache.length > 1))
+    assert result.message.endswith("This is a known mistake: `result.hint()` names it.")
+    assert result.diagnosis == (
+        f"[ex] not yet: this looks like '{HALF_SPLIT}': {HALF_SPLIT_HINT} Something else differs too, which no "
+        "known mistake explains. `result.reveal()` shows the fix."
+    )
+
+
+def test_no_known_mistake_says_where_the_isolated_step_differs_and_has_no_fix():
+    result = check(scaled(causal_module()))
+    assert (result.exercise, result.status, result.misconception, result.key) == ("ex", "incorrect", None, "differs")
+    told = (
+        f"not yet: with Scaled(8, 2), case 'x (2, 5, 8), full pass' differs from the reference (largest difference "
+        f"0.372). {ISOLATED}, with every score equal (W_Q = W_K = 0), your module's output already differs: look at "
+        "the split into heads, the merge and W_O, the mask, and what RoPE turns."
+    )
+    assert result.message == result.symptom == f"[ex] {told}"
+    assert (result.diagnosis, result.fix) == ("", "")
+    assert result.case.description == "x (2, 5, 8), full pass"
+    assert torch.allclose(result.got, result.expected * 1.1, atol=1e-5)
+    assert explain(scaled(causal_module())) == (
+        f"{CAUSE}{told.removeprefix('not yet: ').replace('0.372', '0.348')} Revisit that exercise."
+    )
+
+
+def test_a_difference_only_at_a_size_drawn_for_the_answer_says_it_was_drawn():
+    result = check(scaled(causal_module(), when=lambda module, cache: module.num_heads != 2))
+    assert result.key == "differs"
+    assert re.fullmatch(
+        r"\[ex\] not yet: with Scaled\([^)]+\) \(drawn for your code\), case '[^']+' differs from the reference "
+        r"\(largest difference [0-9.]+\)\.",
+        result.message,
+    ), result.message
+
+
+# ------------------------------------------------------------------ what no number can isolate
+
+
+def test_a_path_not_written_yet_is_told_with_the_module_it_was_built_as():
+    class Unwritten(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            if need_weights:
+                raise NotImplementedError
+            return super().forward(x, cache, need_weights)
+
+    result = check(Unwritten)
+    assert (result.status, result.message) == (
+        "not_attempted",
+        "[ex] with Unwritten(8, 2): not attempted yet: replace the `raise NotImplementedError` line (or a function "
+        "it calls still raises NotImplementedError).",
+    )
+    assert explain(Unwritten) == ""
+
+
+def test_an_error_is_told_with_the_module_once_even_when_its_text_has_brackets():
+    class Raises(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            if need_weights:
+                raise ValueError("weights[0] and weights[1] ] are not ready")
+            return super().forward(x, cache, need_weights)
+
+    result = check(Raises)
+    assert result.status == "error"
+    assert result.message.startswith(
+        "[ex] with Raises(8, 2): your function raised ValueError: weights[0] and weights[1] ] are not ready (in "
+        "forward, line "
+    ), result.message
+    assert explain(Raises).startswith(f"{CAUSE}with Raises(8, 2): your function raised ValueError: weights[0] and")
+
+
+def test_a_forward_that_returns_nothing_is_told_so_not_diagnosed():
+    class NoReturn(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            super().forward(x, cache, need_weights)
+
+    result = check(NoReturn)
+    assert (result.status, result.key) == ("incorrect", "")
+    assert result.message == (
+        "[ex] with NoReturn(8, 2): not yet: your function returned None — did you forget `return`? It was called "
+        "with a tensor of shape (2, 5, 8) (x (2, 5, 8), full pass)."
+    )
+
+
+# ------------------------------------------------------------------ gradients, and a blocked key's weight
+
+
+class GradientScaled(nn.Linear):
+    """An nn.Linear whose output is its own, but whose gradient is multiplied by ``factor`` (0: none at all)."""
+
+    factor = 0.0
+
+    def forward(self, x):
+        y = super().forward(x)
+        return y.detach() + self.factor * (y - y.detach())
+
+
+def with_value_layer(layer_class):
+    class Module(multi_head_module()):
+        def __init__(self, d_in, d_model, num_heads):
+            super().__init__(d_in, d_model, num_heads)
+            self.w_v = layer_class(d_in, d_model)
+
+    return Module
+
+
+def test_a_gradient_of_exactly_zero_reaches_no_weight_and_the_fix_is_given_on_request():
+    result = check(with_value_layer(GradientScaled), ONE, MULTI_HEAD_CONTRACT)
+    assert (result.exercise, result.misconception) == ("ex", "gradients do not reach every weight")
+    assert result.message.startswith("[ex] not yet: no gradient reaches self.w_v.weight.")
+    assert result.fix == (
+        "[ex] the fix for 'gradients do not reach every weight': Leave forward out of torch.no_grad(), and use no "
+        ".detach() or .data on the way."
+    )
+
+
+def test_a_small_gradient_still_reaches_its_weight():
+    class Tiny(GradientScaled):
+        factor = 1e-6
+
+    assert check(with_value_layer(Tiny), ONE, MULTI_HEAD_CONTRACT).correct
+
+
+def test_no_gradient_to_the_key_weight_is_named_though_the_key_bias_needs_none():
+    """W_K's bias gets no gradient in theory (it adds the same to every score of a row), so it is not asked
+    for; W_K's weight is."""
+
+    class Detached(nn.Linear):
+        def forward(self, x):
+            return super().forward(x).detach()
+
+    class Module(multi_head_module()):
+        def __init__(self, d_in, d_model, num_heads):
+            super().__init__(d_in, d_model, num_heads)
+            self.w_k = Detached(d_in, d_model)
+
+    result = check(Module, ONE, MULTI_HEAD_CONTRACT)
+    assert result.exercise == "ex"
+    assert result.message.startswith("[ex] not yet: no gradient reaches self.w_k.weight."), result.message
+
+
+def test_a_layer_outside_the_parameters_is_told_for_this_exercise():
+    class Hidden(multi_head_module()):
+        def __init__(self, d_in, d_model, num_heads):
+            super().__init__(d_in, d_model, num_heads)
+            layer = self.w_o
+            del self.w_o
+            object.__setattr__(self, "w_o", layer)
+
+    assert check(Hidden, ONE, MULTI_HEAD_CONTRACT).exercise == "ex"
+
+
+@pytest.mark.parametrize("fill", [-1e9, -1e4, -30.0])
+def test_a_finite_fill_is_caught_when_the_visible_key_scores_far_below_it(fill):
+    result = check(causal_module(fill=fill))
+    assert (result.exercise, result.misconception) == (
+        "ex",
+        "blocked scores pushed down by a finite number instead of -inf",
+    )
+    assert result.message == (
+        "[ex] not yet: when the first token's one visible key scores far below zero (about -1e30), its output is "
+        "not that key's value: a blocked later key took the weight. A finite fill (-1e4 or -1e9) works only while "
+        "every visible score stays far above it. `result.reveal()` shows the fix."
+    )
+    assert result.fix.endswith("Fill blocked scores with -inf: scores.masked_fill(~mask, float('-inf')).")
+
+
+@pytest.mark.parametrize("fill", [float("-inf"), torch.finfo(torch.float32).min])
+def test_a_fill_below_every_score_is_accepted(fill):
+    assert check(causal_module(fill=fill)).correct
+
+
+# ------------------------------------------------------------------ the door
+
+
+def test_check_module_prints_its_message_by_default_and_refuses_what_is_not_a_class(capsys):
+    result = check_module("ex", causal_module(), CAUSAL_CONTRACT, CAUSAL, seed=1)
+    assert capsys.readouterr().out == result.message + "\n"
+    with pytest.raises(TypeError) as error:
+        check_module("ex", 3, CAUSAL_CONTRACT, CAUSAL, seed=1)
+    assert str(error.value) == "learner must be a function or class that builds your module, got int"
+
+
+def test_projection_names_what_was_there_instead_of_the_layer():
+    module = multi_head_module()(4, 4, 2)
+    module.w_o = nn.Conv1d(4, 4, 1)
+    with pytest.raises(TypeError) as error:
+        projection(module, "w_o")
+    assert str(error.value).endswith("got Conv1d in MyMultiHeadAttention")
+
+
+def test_module_is_written_runs_the_module_once_on_one_sequence_of_three_tokens():
+    seen = []
+
+    class Recording(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            seen.append(tuple(x.shape))
+            return super().forward(x, cache, need_weights)
+
+    assert module_is_written(Recording) is True and seen == [(1, 3, 8)]
