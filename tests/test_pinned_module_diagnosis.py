@@ -312,3 +312,17 @@ def test_module_is_written_runs_the_module_once_on_one_sequence_of_three_tokens(
             return super().forward(x, cache, need_weights)
 
     assert module_is_written(Recording) is True and seen == [(1, 3, 8)]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        ModuleSetting(8, 8, 2, bias=False, calls=(Call("full", 2, 5),)),
+        ModuleSetting(6, 12, 3, rope_base=100.0, calls=(Call("full", 1, 7),)),
+        ModuleSetting(16, 16, 4, calls=(Call("full", 3, 7),)),
+    ],
+)
+def test_the_finite_fill_probe_accepts_the_right_module_and_catches_the_fill_at_other_sizes(setting):
+    assert check(causal_module(), (setting,)).correct
+    caught = check(causal_module(fill=-1e9), (setting,))
+    assert caught.misconception == "blocked scores pushed down by a finite number instead of -inf", caught.message

@@ -1131,9 +1131,9 @@ def _sees_the_future(module: nn.Module, x: torch.Tensor) -> bool:
 def _reference_gradients(recipe: Recipe, params: Params, x: torch.Tensor, num_heads: int) -> dict[str, torch.Tensor]:
     """The gradients of ``attend(recipe, params, x)``'s squared output, summed, by the learner's names."""
     # In float64, where what reaches no weight in theory stays within 1e-12 of 0.
-    leaves = {name: p.detach().double().requires_grad_() for name, p in params.items() if p is not None}
+    leaves = {name: None if p is None else p.detach().double().requires_grad_() for name, p in params.items()}
     attend(recipe, leaves, x.double(), num_heads)[0].square().sum().backward()
-    return {name: cast(torch.Tensor, p.grad) for name, p in leaves.items()}
+    return {name: cast(torch.Tensor, p.grad) for name, p in leaves.items() if p is not None}
 
 
 def _gradients_reach_every_weight(
@@ -1177,13 +1177,15 @@ def _gradients_reach_every_weight(
 
 def _blocked_key_takes_weight(exercise: str, module: nn.Module, x: torch.Tensor) -> CheckResult | None:
     """Whether the first token, whose one visible key scores far below zero, gives its weight to a blocked later
-    key, as a finite fill (-1e4, -1e9) lets it: with ``W_Q = -1e30 W_K`` its score is ``-1e30 |k|² / √d_head``
-    (RoPE turns nothing at position 0), and its output is its own value through ``W_O`` whatever the scores."""
+    key, as a finite fill (-1e4, -1e9) lets it: with no query or key bias and ``W_Q = -1e30 W_K``, its score is
+    ``-1e30 |W_K x_0|² / √d_head`` (RoPE turns nothing at position 0), and its output is its own value through
+    ``W_O`` whatever the scores."""
     w_q, w_k, w_v, w_o = (projection(module, name) for name in PROJECTIONS)
     with torch.no_grad():
+        for layer in (w_q, w_k):
+            if layer.bias is not None:
+                layer.bias.zero_()
         w_q.weight.copy_(-1e30 * w_k.weight)
-        if w_q.bias is not None:
-            w_q.bias.copy_(-1e30 * w_k.bias if w_k.bias is not None else torch.zeros_like(w_q.bias))
         first, alone = module(x)[:, 0], w_o(w_v(x[:, 0]))
     # NaN is another mistake's sign (a softmax without its maximum subtracted), not this one's.
     if not bool(torch.isfinite(first).all()) or torch.allclose(first, alone, atol=1e-5, rtol=1e-4):
