@@ -10,6 +10,7 @@ with modules written as a learner writes them (``learner_modules``).
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -326,3 +327,106 @@ def test_the_finite_fill_probe_accepts_the_right_module_and_catches_the_fill_at_
     assert check(causal_module(), (setting,)).correct
     caught = check(causal_module(fill=-1e9), (setting,))
     assert caught.misconception == "blocked scores pushed down by a finite number instead of -inf", caught.message
+
+
+# ------------------------------------------------------------------ behaviours seen before any number is compared
+
+
+class TupleFrom04(multi_head_module()):
+    def forward(self, x):
+        return super().forward(x), None
+
+
+class ThreeOutputs(causal_module()):
+    def forward(self, x, cache=None, need_weights=False):
+        out = super().forward(x, cache, need_weights)
+        return (*out, None) if need_weights else out
+
+
+class Counting04(multi_head_module()):
+    calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return super().forward(x) * self.calls
+
+
+TUPLE = "called as module(x), your forward returned a tuple, not the output tensor."
+IGNORED = (
+    "called with need_weights=True, your forward did not return (output, weights). Notebook 07 trains your module "
+    "through exactly that call and reads the weights it returns.",
+    "`return (out, weights) if need_weights else out`, weights (batch, heads, seq, past + seq).",
+)
+KEPT = "the same input gave two different outputs in two calls. Your module keeps something from one call to the next "
+BEHAVIOURS = [
+    (
+        causal_module(always_weights=True),
+        "returns (output, weights) without need_weights=True",
+        f"{TUPLE} Notebook 07 and every layer built on yours call it so and take the output alone.",
+        "Return the output alone unless need_weights=True: `return (out, weights) if need_weights else out`.",
+    ),
+    (
+        TupleFrom04,
+        "returns a tuple, not the output",
+        f"{TUPLE} Every layer built on yours calls it so and takes the output alone.",
+        "Return the output tensor alone, nothing beside it.",
+    ),
+    (causal_module(weights_dropped=True), "need_weights=True ignored", *IGNORED),
+    (ThreeOutputs, "need_weights=True ignored", *IGNORED),
+    (
+        multi_head_module(weights_changed=True),
+        "forward changes the module's weights",
+        "calling your module changed its own weights. forward must only read the weights: an in-place operation on "
+        "them (`add_`, `+=`, `.data`) changes every later call, and the optimizer's work.",
+        "Compute new tensors from the weights (self.w_q(x)); never write into self.w_q.weight in forward.",
+    ),
+    (
+        multi_head_module(dropout=True),
+        "random numbers drawn in forward",
+        "the same input gave two different outputs, and forward drew random numbers (dropout?). The module of this "
+        "exercise is a function of its input: no dropout, no noise.",
+        "Remove the dropout (or make its probability 0).",
+    ),
+    (
+        causal_module(counts_calls=True),
+        "something kept from one call to the next",
+        f"{KEPT}(a tensor or a count stored on self): a cache lives in the cache argument, nowhere else.",
+        "Keep nothing on self in forward; positions come from cache.length (0 without a cache).",
+    ),
+    (
+        Counting04,
+        "something kept from one call to the next",
+        f"{KEPT}(a tensor or a count stored on self): each call must compute from its input alone.",
+        "Keep nothing on self in forward.",
+    ),
+    (
+        causal_module(batch_mixed=True),
+        "the sequences of a batch are mixed",
+        "the second sequence of a batch gave a different output on its own than next to the first. Each sequence of "
+        "a batch is attended on its own: the batch axis must stay apart from the others.",
+        "Keep the batch axis first and apart: view as (batch, seq, heads, d_head), transpose(1, 2), and never "
+        "flatten or reshape across it.",
+    ),
+    (
+        causal_module(fast_path_without_mask=True),
+        "need_weights=True takes another path",
+        "with need_weights=True your forward returned another output than without it. need_weights only asks for the "
+        "weights too: the output must not change (notebook 07 trains through need_weights=True).",
+        "Compute the output one way, and return the weights beside it when asked.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("learner", "name", "seen", "fix"), BEHAVIOURS, ids=[b[1] for b in BEHAVIOURS])
+def test_a_behaviour_seen_is_told_word_for_word(learner, name, seen, fix):
+    causal = "cache" in inspect.signature(learner.forward).parameters  # notebook 06's module, else 04's
+    result = check(learner) if causal else check(learner, ONE, MULTI_HEAD_CONTRACT)
+    assert (result.exercise, result.status, result.misconception, result.key) == (
+        "ex",
+        "misconception",
+        name,
+        f"mistake: {name}",
+    )
+    assert result.diagnosis == f"[ex] not yet: {seen}"
+    assert result.message == f"[ex] not yet: {seen} `result.reveal()` shows the fix."
+    assert result.fix == f"[ex] the fix for '{name}': {fix}"
