@@ -430,3 +430,40 @@ def test_a_behaviour_seen_is_told_word_for_word(learner, name, seen, fix):
     assert result.diagnosis == f"[ex] not yet: {seen}"
     assert result.message == f"[ex] not yet: {seen} `result.reveal()` shows the fix."
     assert result.fix == f"[ex] the fix for '{name}': {fix}"
+
+
+# ------------------------------------------------------------------ what is seen on a fresh module
+
+
+def test_a_later_token_changing_an_earlier_output_is_told_with_the_module_it_was_built_as():
+    class Unmasked(causal_module(no_mask=True)):
+        pass
+
+    result = check(Unmasked)
+    assert result.message == (
+        f"[ex] not yet: with Unmasked(8, 2), changing the last two tokens changed the outputs of the "
+        f"tokens before them. {ISOLATED}, it singles out what differs: look at which keys a token may attend to. This "
+        "is a known mistake: `result.hint()` names it."
+    )
+
+
+def test_a_setting_changed_only_where_the_checker_looks_at_the_behaviour_is_named_and_put_back():
+    """The behaviour is looked at without gradients (a module's calls there are not the compared ones): a change
+    of the default dtype made only there is still named, and undone."""
+
+    class DtypeUnderNoGrad(causal_module(half_split=True)):
+        def forward(self, x, cache=None, need_weights=False):
+            if not torch.is_grad_enabled():
+                torch.set_default_dtype(torch.float64)
+            return super().forward(x, cache, need_weights)
+
+    result = check(DtypeUnderNoGrad)
+    assert torch.get_default_dtype() == torch.float32
+    assert (result.exercise, result.misconception) == ("ex", "changed the notebook's global PyTorch settings")
+    assert result.message.startswith("[ex] not yet: your code changed the default dtype"), result.message
+
+
+def test_a_module_wrong_only_with_grouped_keys_gets_the_grouped_weights_when_looked_at_again():
+    grouped = (ModuleSetting(16, 16, 4, kv_heads=2, calls=(Call("full", 2, 6),)),)
+    result = check(causal_module(half_split=True), grouped)
+    assert result.misconception == HALF_SPLIT, result.message
