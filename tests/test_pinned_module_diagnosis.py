@@ -467,3 +467,46 @@ def test_a_module_wrong_only_with_grouped_keys_gets_the_grouped_weights_when_loo
     grouped = (ModuleSetting(16, 16, 4, kv_heads=2, calls=(Call("full", 2, 6),)),)
     result = check(causal_module(half_split=True), grouped)
     assert result.misconception == HALF_SPLIT, result.message
+
+
+# ------------------------------------------------------------------ how close is the same, where behaviour is looked at
+
+
+def wrong_in_float64(jitter):
+    """A module that is right in float32 and 10% off in float64 (so the behaviour is looked at in float64, the
+    dtype of the setting that differs), with ``jitter(module, x, cache, need_weights)`` added to its output."""
+
+    class Jittery(causal_module()):
+        calls = 0
+
+        def forward(self, x, cache=None, need_weights=False):
+            out = super().forward(x, cache, need_weights)
+            if x.dtype != torch.float64:
+                return out
+            self.calls += 1
+            moved = (out[0] if need_weights else out) * 1.1 + jitter(self, x, cache, need_weights)
+            return (moved, out[1]) if need_weights else moved
+
+    return Jittery
+
+
+def test_two_calls_that_differ_by_a_billionth_in_float64_are_two_different_outputs():
+    result = check(wrong_in_float64(lambda module, x, cache, need_weights: 1e-9 * module.calls))
+    assert result.misconception == "something kept from one call to the next", result.message
+
+
+@pytest.mark.parametrize(
+    "jitter",
+    [
+        lambda module, x, cache, need_weights: 1e-7 * x.shape[0],  # rounding that depends on the batch's size
+        lambda module, x, cache, need_weights: 1e-7 * need_weights,  # on need_weights
+        lambda module, x, cache, need_weights: 1e-7 * torch.tanh(x[:, -1:].sum(-1, keepdim=True)),  # on the last token
+    ],
+    ids=["batch size", "need_weights", "last token"],
+)
+def test_differences_at_rounding_level_are_not_taken_for_a_behaviour(jitter):
+    """Below 1e-5, a batch of another size, need_weights=True or a later token are rounding, not a mixed batch,
+    another path or a leak from the future: what differs is told as a number."""
+    result = check(wrong_in_float64(jitter))
+    assert (result.misconception, result.key) == (None, "differs"), result.message
+    assert "full pass' differs from the reference (largest difference" in result.message, result.message
