@@ -273,9 +273,9 @@ def test_a_finite_fill_is_caught_when_the_visible_key_scores_far_below_it(fill):
         "blocked scores pushed down by a finite number instead of -inf",
     )
     assert result.message == (
-        "[ex] not yet: when the first token's one visible key scores far below zero (about -1e30), its output is "
-        "not that key's value: a blocked later key took the weight. A finite fill (-1e4 or -1e9) works only while "
-        "every visible score stays far above it. `result.reveal()` shows the fix."
+        "[ex] not yet: when the first token's one visible key scores far below zero (about -1e30), its output "
+        "changed with the tokens after it: the blocked later keys took weight. A finite fill (-1e4 or -1e9) works "
+        "only while every visible score stays far above it. `result.reveal()` shows the fix."
     )
     assert result.fix.endswith("Fill blocked scores with -inf: scores.masked_fill(~mask, float('-inf')).")
 

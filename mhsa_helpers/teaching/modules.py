@@ -1176,24 +1176,26 @@ def _gradients_reach_every_weight(
 
 
 def _blocked_key_takes_weight(exercise: str, module: nn.Module, x: torch.Tensor) -> CheckResult | None:
-    """Whether the first token, whose one visible key scores far below zero, gives its weight to a blocked later
-    key, as a finite fill (-1e4, -1e9) lets it: with no query or key bias and ``W_Q = -1e30 W_K``, its score is
-    ``-1e30 |W_K x_0|² / √d_head`` (RoPE turns nothing at position 0), and its output is its own value through
-    ``W_O`` whatever the scores."""
-    w_q, w_k, w_v, w_o = (projection(module, name) for name in PROJECTIONS)
+    """Whether the first token, whose one visible key scores far below zero, gives weight to the blocked later
+    keys, as a finite fill (-1e4, -1e9) lets it: with no query or key bias and ``W_Q = -1e30 W_K``, its score is
+    ``-1e30 |W_K x_0|² / √d_head`` (RoPE turns nothing at position 0). With -inf its weights are exactly
+    ``[1, 0, 0, …]``, so its output does not change, to the last bit, when every later token does."""
+    w_q, w_k = projection(module, "w_q"), projection(module, "w_k")
+    later = x.clone()
+    later[:, 1:] += 1.0
     with torch.no_grad():
         for layer in (w_q, w_k):
             if layer.bias is not None:
                 layer.bias.zero_()
         w_q.weight.copy_(-1e30 * w_k.weight)
-        first, alone = module(x)[:, 0], w_o(w_v(x[:, 0]))
+        first, again = module(x)[:, 0], module(later)[:, 0]
     # NaN is another mistake's sign (a softmax without its maximum subtracted), not this one's.
-    if not bool(torch.isfinite(first).all()) or torch.allclose(first, alone, atol=1e-5, rtol=1e-4):
+    if not bool(torch.isfinite(first).all()) or torch.equal(first, again):
         return None
     return _observed(
         exercise, FINITE_FILL_NAME,
-        "when the first token's one visible key scores far below zero (about -1e30), its output is not that "
-        "key's value: a blocked later key took the weight.",
+        "when the first token's one visible key scores far below zero (about -1e30), its output changed with the "
+        "tokens after it: the blocked later keys took weight.",
         "A finite fill (-1e4 or -1e9) works only while every visible score stays far above it.",
         FINITE_FILL_FIX,
     )  # fmt: skip
