@@ -254,17 +254,6 @@ def test_no_gradient_to_the_key_weight_is_named_though_the_key_bias_needs_none()
     assert result.message.startswith("[ex] not yet: no gradient reaches self.w_k.weight."), result.message
 
 
-def test_a_layer_outside_the_parameters_is_told_for_this_exercise():
-    class Hidden(multi_head_module()):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__(d_in, d_model, num_heads)
-            layer = self.w_o
-            del self.w_o
-            object.__setattr__(self, "w_o", layer)
-
-    assert check(Hidden, ONE, MULTI_HEAD_CONTRACT).exercise == "ex"
-
-
 @pytest.mark.parametrize("fill", [-1e9, -1e4, -30.0])
 def test_a_finite_fill_is_caught_when_the_visible_key_scores_far_below_it(fill):
     result = check(causal_module(fill=fill))

@@ -69,7 +69,8 @@ def test_a_layer_kept_outside_the_modules_parameters_is_told_the_optimizer_would
             object.__setattr__(self, "w_o", layer)  # an attribute, not a registered submodule
 
     result = check_04(Hidden)
-    assert (result.status, result.message) == (
+    assert (result.exercise, result.status, result.message) == (
+        "ex",
         "incorrect",
         "[ex] not yet: self.w_o.weight is not among the module's parameters(), so an optimizer would never train it.",
     )
