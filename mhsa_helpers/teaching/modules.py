@@ -22,7 +22,7 @@ The learner writes an ``nn.Module`` with four ``nn.Linear`` projections named ``
    mistake is named only when every recipe left has it; otherwise the message says which isolated step
    differs and where to look;
 5. checks that gradients reach every weight, and that a blocked key takes no weight even when the only visible
-   one scores far below zero (a finite fill such as -1e9 gives it all).
+   one scores far below zero (a finite fill such as -1e9 lets some through).
 
 :func:`explain` runs the same diagnosis in one line, for the payoff cells of notebooks 07 and 11.
 """
