@@ -119,7 +119,13 @@ def wait_render(page, pattern: str, old_src: str, explorer_index: int = 0) -> st
 
 
 def press(page, control: str, key: str, pattern: str) -> str:
-    """Focus the control's slider handle, press ``key``, wait for the caption and a new figure."""
+    """Once the kernel is idle, focus the control's slider handle, press ``key``, wait for the caption and a new
+    figure. (A key pressed while the kernel still answers the last move can land on a handle being redrawn, and
+    be lost: on a loaded machine the next caption then never comes.)"""
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
+        timeout=RENDER_TIMEOUT_MS,
+    )
     src = figure_src(page)
     handle(page, control).focus()
     page.keyboard.press(key)
