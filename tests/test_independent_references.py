@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from learner_modules import attention_ok, merge, split
 
 from mhsa_helpers import SlidingWindowCache
 from mhsa_helpers.block import RMSNorm, TransformerBlock
@@ -50,22 +51,14 @@ def _rope(t, base=10000.0):
 
 
 def _causal_self_attention(h, w_qkv, b_qkv, w_o, b_o, num_heads):
-    """softmax(Q K^T / sqrt(d_head) + causal mask) V per head, with RoPE on Q and K, then W_O."""
-    batch, seq, d_model = h.shape
-    d_head = d_model // num_heads
+    """softmax(Q K^T / sqrt(d_head) + causal mask) V per head, with RoPE on Q and K, then W_O; the heads split,
+    attended and merged by the learner-written pieces the other tests share (``learner_modules``)."""
+    seq = h.shape[1]
     w_q, w_k, w_v = w_qkv.chunk(3)  # rows [W_Q; W_K; W_V], as nn.MultiheadAttention's in_proj_weight
     b_q, b_k, b_v = b_qkv.chunk(3)
-
-    def heads(t):  # (batch, seq, d_model) -> (batch, heads, seq, d_head): head j owns features j*d_head..
-        return t.reshape(batch, seq, num_heads, d_head).permute(0, 2, 1, 3)
-
-    q, k, v = heads(h @ w_q.T + b_q), heads(h @ w_k.T + b_k), heads(h @ w_v.T + b_v)
-    q, k = _rope(q), _rope(k)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
-    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)
-    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-    merged = (weights @ v).permute(0, 2, 1, 3).reshape(batch, seq, d_model)
-    return merged @ w_o.T + b_o
+    q, k, v = (split(h @ w.T + b, num_heads) for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+    return merge(attention_ok(_rope(q), _rope(k), v, causal)) @ w_o.T + b_o
 
 
 def test_transformer_block_equals_the_pre_norm_recipe_written_out():
