@@ -34,23 +34,6 @@ def check_04(learner):
     return check_module("ex", learner, MULTI_HEAD_CONTRACT, ONE, seed=1, verbose=False)
 
 
-def test_a_behaviour_seen_is_named_at_once_with_its_idea_and_the_fix_on_request():
-    result = check_04(multi_head_module(dropout=True))
-    seen = (
-        "[ex] not yet: the same input gave two different outputs, and forward drew random numbers (dropout?). The "
-        "module of this exercise is a function of its input: no dropout, no noise."
-    )
-    assert (result.status, result.misconception, result.key) == (
-        "misconception",
-        "random numbers drawn in forward",
-        "mistake: random numbers drawn in forward",
-    )
-    assert result.message == seen + " `result.reveal()` shows the fix." and result.diagnosis == seen
-    assert result.fix == (
-        "[ex] the fix for 'random numbers drawn in forward': Remove the dropout (or make its probability 0)."
-    )
-
-
 def test_gradients_that_do_not_reach_a_weight_are_named_with_the_weight():
     result = check_04(multi_head_module(detach_v=True))
     assert result.misconception == "gradients do not reach every weight"
