@@ -145,7 +145,7 @@ class CausalLM(nn.Module):
         last_only: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits for every position; arguments and shapes as in the class docstring."""
-        self.check_call(input_ids, cache)
+        self.expect_call(input_ids, cache)
         x = self.embed(input_ids)
         weights = []
         for i, block in enumerate(self.blocks):
@@ -158,7 +158,7 @@ class CausalLM(nn.Module):
         logits = self.lm_head(self.norm(x))
         return (logits, tuple(weights)) if need_weights else logits
 
-    def check_call(self, input_ids: object, cache: Sequence[KVCache] | None) -> None:
+    def expect_call(self, input_ids: object, cache: Sequence[KVCache] | None) -> None:
         """The checks of :meth:`forward` (also run by :func:`generate` before it starts)."""
         ids = expect_integer_tensor("input_ids", input_ids, " of token ids (torch.long)")
         if ids.ndim != 2 or ids.shape[-1] == 0:
@@ -364,7 +364,7 @@ def generate(
     new ``(batch, 1)`` token (to print text as it comes).
     """
     expect_int("max_new_tokens", max_new_tokens, 0)
-    model.check_call(input_ids, None)
+    model.expect_call(input_ids, None)
     if max_new_tokens == 0:
         return input_ids
     out = [input_ids]

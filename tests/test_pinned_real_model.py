@@ -264,7 +264,7 @@ class Counting(CausalLM):
         self.calls = []
 
     def forward(self, input_ids, *, cache=None, need_weights=False, last_only=False):
-        self.check_call(input_ids, cache)
+        self.expect_call(input_ids, cache)
         self.calls.append((input_ids.shape[-1], cache[0].capacity if cache else None, last_only))
         for c in cache:
             c._length += input_ids.shape[-1]

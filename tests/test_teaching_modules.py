@@ -244,6 +244,21 @@ def test_two_slips_of_a_learners_module_are_both_named(slips, names):
     assert [m.name for m in found.mistakes] == names and not found.unexplained
 
 
+def test_a_module_that_breaks_on_a_later_probe_keeps_what_the_earlier_ones_named():
+    class BreaksWhenCalledAgain(causal_module(rope_v=True)):
+        calls = 0
+
+        def forward(self, x, cache=None, need_weights=False):
+            type(self).calls += 1
+            if type(self).calls > 1:
+                raise RuntimeError("only once")
+            return super().forward(x, cache, need_weights)
+
+    found = diagnose(BreaksWhenCalledAgain, CAUSAL_CONTRACT)
+    assert [m.name for m in found.mistakes] == ["RoPE applied to V"] and not found.unexplained
+    assert "every score equal" in found.differs
+
+
 def test_an_unknown_mistake_is_never_given_a_known_name():
     class ScaledByThree(causal_module()):
         def forward(self, x, cache=None, need_weights=False):

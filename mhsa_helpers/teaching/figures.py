@@ -41,7 +41,7 @@ __all__ = [
     "as_matrix",
     "attention_heatmap",
     "benchmark_plot",
-    "check_tokens",
+    "expect_tokens",
     "head_grid",
     "mask_heatmap",
     "new_axes",
@@ -77,7 +77,7 @@ def as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) ->
     return array
 
 
-def check_tokens(name: str, tokens: Sequence[str] | None, expected: int, what: str) -> list[str] | None:
+def expect_tokens(name: str, tokens: Sequence[str] | None, expected: int, what: str) -> list[str] | None:
     """``tokens`` as a list of ``expected`` strings, one per ``what`` (``None`` stays ``None``)."""
     if tokens is None:
         return None
@@ -370,8 +370,8 @@ def _heatmap(
 ) -> Heatmap:
     values = as_matrix(name, weights, "(seq_q, seq_k)")
     seq_q, seq_k = values.shape
-    query_tokens = check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
-    key_tokens = check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
+    query_tokens = expect_tokens("query_tokens", query_tokens, seq_q, "query (row)")
+    key_tokens = expect_tokens("key_tokens", key_tokens, seq_k, "key (column)")
     if ax is None:
         ax = new_axes(_heatmap_figsize(seq_q, seq_k))
     if annotate is None:
@@ -522,7 +522,7 @@ def head_grid(
             raise ValueError(
                 f"tokens label both axes, so weights must be square (self-attention), got shape {values.shape}"
             )
-        tokens = check_tokens("tokens", tokens, seq_q, "position")
+        tokens = expect_tokens("tokens", tokens, seq_q, "position")
     if highlight is not None:
         highlight = expect_int("highlight", highlight, 0, heads - 1)
     cols = min(ncols, heads)
@@ -563,8 +563,8 @@ def mask_heatmap(
         raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
     values = as_matrix("mask", mask, "(seq_q, seq_k)", dtype=bool)
     seq_q, seq_k = values.shape
-    query_tokens = check_tokens("query_tokens", query_tokens, seq_q, "query (row)")
-    key_tokens = check_tokens("key_tokens", key_tokens, seq_k, "key (column)")
+    query_tokens = expect_tokens("query_tokens", query_tokens, seq_q, "query (row)")
+    key_tokens = expect_tokens("key_tokens", key_tokens, seq_k, "key (column)")
     if ax is None:
         ax = new_axes(_heatmap_figsize(seq_q, seq_k))
     ax.imshow(

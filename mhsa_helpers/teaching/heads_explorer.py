@@ -26,8 +26,8 @@ __all__ = [
     "INPUT_SCALE",
     "MAX_HEADS_PER_ROW",
     "MODEL_SEED",
-    "check_d_model",
-    "check_num_heads",
+    "expect_d_model",
+    "expect_num_heads",
     "heads_columns",
     "heads_figsize",
     "heads_inputs",
@@ -86,7 +86,7 @@ def seeded_module(d_model: int, num_heads: int, **options: Any) -> MultiHeadSelf
     return _cached_module(d_model, num_heads, tuple(sorted(options.items())))
 
 
-def check_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:
+def expect_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:
     """``num_heads`` as an int that divides ``d_model`` (and, with ``rope``, leaves an even ``d_head``)."""
     options = divisors(d_model)
     choices = ", ".join(map(str, options))
@@ -105,6 +105,6 @@ def check_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = 
     return int(num_heads)
 
 
-def check_d_model(d_model: object) -> int:
+def expect_d_model(d_model: object) -> int:
     """``d_model`` of the heads and MHSA explorers: an int in [1, 64]."""
     return expect_int("d_model", d_model, 1, 64)

@@ -14,8 +14,8 @@ from ...teaching.explorer import SLIDER, Explorer, divisors, log_slider, set_opt
 from ...teaching.figures import SCORES_CMAP, HeadGrid, Heatmap
 from ...teaching.heads_explorer import (
     HEADS_SENTENCE,
-    check_d_model,
-    check_num_heads,
+    expect_d_model,
+    expect_num_heads,
     heads_columns,
     heads_figsize,
     heads_inputs,
@@ -69,7 +69,7 @@ class _MHSAExplorer(Explorer):
 
     def _check(self, values):
         expect_bool("causal", values["causal"])
-        check_num_heads("num_heads", values["num_heads"], self.d_model, rope=expect_bool("rope", values["rope"]))
+        expect_num_heads("num_heads", values["num_heads"], self.d_model, rope=expect_bool("rope", values["rope"]))
         expect_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
         expect_number("base", values["base"], 10.0, 1e6)
 
@@ -172,10 +172,10 @@ def mhsa_explorer(
     With RoPE on, ``num_heads`` offers only counts that leave an even ``d_head``.
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``output`` (seq_len, d_model).
     """
-    d_model = check_d_model(d_model)
+    d_model = expect_d_model(d_model)
     rope = expect_bool("rope", rope)
     causal = expect_bool("causal", causal)
-    num_heads = check_num_heads("num_heads", num_heads, d_model, rope=rope)
+    num_heads = expect_num_heads("num_heads", num_heads, d_model, rope=rope)
     expect_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
     expect_number("base", base, 10.0, 1e6)
     return _MHSAExplorer(d_model, num_heads, int(seq_len), rope, float(base), causal)

@@ -32,7 +32,7 @@ from ...teaching.induction.scores import (
     induction_targets,
     previous_token_score,
 )
-from ...teaching.induction.task import BOS, InductionBatch, check_task_settings, make_induction_batch, repeat_chunk
+from ...teaching.induction.task import BOS, InductionBatch, expect_task_settings, make_induction_batch, repeat_chunk
 from ...teaching.induction.training import (
     InductionConfig,
     TrainingRun,
@@ -79,10 +79,10 @@ __all__ = [
     "check_induction_score",
     "check_previous_token_score",
     "check_repeat_chunk",
-    "check_task_settings",
     "check_untrained_prediction",
     "evaluation_batch",
     "example_index",
+    "expect_task_settings",
     "explained",
     "find_induction_circuit",
     "head_scores",

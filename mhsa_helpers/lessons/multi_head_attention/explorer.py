@@ -16,8 +16,8 @@ from ...teaching.explorer import SLIDER, Explorer, divisors, set_options, to_num
 from ...teaching.figures import HeadGrid
 from ...teaching.heads_explorer import (
     HEADS_SENTENCE,
-    check_d_model,
-    check_num_heads,
+    expect_d_model,
+    expect_num_heads,
     heads_columns,
     heads_figsize,
     heads_inputs,
@@ -52,7 +52,7 @@ class _HeadsExplorer(Explorer):
             set_options(self.controls["head"], [(f"head {i}", i) for i in range(1, heads + 1)], head)
 
     def _check(self, values):
-        check_num_heads("num_heads", values["num_heads"], self.d_model)
+        expect_num_heads("num_heads", values["num_heads"], self.d_model)
         expect_int("seq_len", values["seq_len"], 1, len(self.tokens), f" (words of {HEADS_SENTENCE!r})")
         expect_int("head", values["head"], 1, values["num_heads"], " (one of the heads)")
 
@@ -112,8 +112,8 @@ def heads_explorer(d_model: int = 12, *, num_heads: int = 2, seq_len: int = 6, h
     data: ``tokens``, ``weights`` (num_heads, seq_len, seq_len), ``head_weights`` (seq_len, seq_len),
     ``output`` (seq_len, d_model).
     """
-    d_model = check_d_model(d_model)
-    num_heads = check_num_heads("num_heads", num_heads, d_model)
+    d_model = expect_d_model(d_model)
+    num_heads = expect_num_heads("num_heads", num_heads, d_model)
     expect_int("seq_len", seq_len, 1, len(HEADS_SENTENCE.split()), f" (words of {HEADS_SENTENCE!r})")
     expect_int("head", head, 1, num_heads, " (one of the heads)")
     return _HeadsExplorer(d_model, num_heads, int(seq_len), int(head))

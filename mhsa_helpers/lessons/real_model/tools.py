@@ -26,10 +26,10 @@ from ...teaching.induction.task import InductionBatch, repeat_chunk
 __all__ = [
     "FIRST_ORDINARY_TOKEN",
     "ablate_heads",
-    "check_heads",
     "copy_loss",
     "copy_losses",
     "copying_test",
+    "expect_heads",
     "first_copy_mask",
     "head_score_maps",
     "load_model",
@@ -50,7 +50,7 @@ def load_model() -> tuple[CausalLM, ChatTokenizer]:
     return load_smollm2()
 
 
-def check_heads(model: CausalLM, heads: object) -> list[tuple[int, int]]:
+def expect_heads(model: CausalLM, heads: object) -> list[tuple[int, int]]:
     """``heads`` as a list of ``(layer, head)`` pairs of ``model``; a ValueError/TypeError names a bad one."""
     if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
         raise TypeError(f"heads must be a sequence of (layer, head) pairs, got {type(heads).__name__}")
@@ -70,7 +70,7 @@ def ablate_heads(model: CausalLM, heads: Sequence[tuple[int, int]]) -> Iterator[
     """Inside the ``with`` block, every ``(layer, head)`` in ``heads`` outputs zeros: its ``d_head``
     columns of the input of that layer's ``W_O`` are set to zero, every other column is untouched.
     The hooks are removed on leaving the block, whatever happens inside it."""
-    pairs = check_heads(model, heads)
+    pairs = expect_heads(model, heads)
     d_head = model.config.d_head
     by_layer: dict[int, list[int]] = {}
     for layer, head in pairs:

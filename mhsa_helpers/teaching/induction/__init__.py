@@ -38,7 +38,7 @@ from .scores import (
     induction_targets,
     previous_token_score,
 )
-from .task import BOS, InductionBatch, check_task_settings, make_induction_batch, repeat_chunk
+from .task import BOS, InductionBatch, expect_task_settings, make_induction_batch, repeat_chunk
 from .training import (
     InductionConfig,
     TrainingRun,
@@ -67,8 +67,8 @@ __all__ = [
     "attention_entropy",
     "bos_score",
     "build_model",
-    "check_task_settings",
     "evaluation_batch",
+    "expect_task_settings",
     "find_induction_circuit",
     "head_scores",
     "in_context_loss",

@@ -24,7 +24,7 @@ import torch
 
 from ...checks import expect_int
 
-__all__ = ["BOS", "InductionBatch", "check_task_settings", "make_induction_batch", "repeat_chunk"]
+__all__ = ["BOS", "InductionBatch", "expect_task_settings", "make_induction_batch", "repeat_chunk"]
 
 #: Token 0 starts every sequence and never appears elsewhere.
 BOS = 0
@@ -58,7 +58,7 @@ class InductionBatch:
         return InductionBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
 
 
-def check_task_settings(vocab_size: int, seq_len: int, min_repeat: int, max_repeat: int) -> None:
+def expect_task_settings(vocab_size: int, seq_len: int, min_repeat: int, max_repeat: int) -> None:
     """Raise ``ValueError``/``TypeError`` naming the first impossible setting of the task."""
     # BOS plus at least two ordinary tokens: with one, every next token would be predictable.
     expect_int("vocab_size", vocab_size, 3)
@@ -100,7 +100,7 @@ def make_induction_batch(
     Returns an :class:`InductionBatch` with ``tokens (batch, seq)`` and ``induction_mask (batch, seq)``.
     """
     expect_int("batch_size", batch_size, 1)
-    check_task_settings(vocab_size, seq_len, min_repeat, max_repeat)
+    expect_task_settings(vocab_size, seq_len, min_repeat, max_repeat)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     tokens = torch.randint(1, vocab_size, (batch_size, seq_len), generator=generator)

@@ -26,7 +26,7 @@ from torch import nn
 from mhsa_helpers import default_device
 
 from .model import POSITIONS, AttentionOnlyTransformer
-from .task import InductionBatch, check_task_settings, make_induction_batch
+from .task import InductionBatch, expect_task_settings, make_induction_batch
 
 __all__ = [
     "InductionConfig",
@@ -59,7 +59,7 @@ class InductionConfig:
     fixed_offset: bool = False
 
     def __post_init__(self) -> None:
-        check_task_settings(self.vocab_size, self.seq_len, self.min_repeat, self.max_repeat)
+        expect_task_settings(self.vocab_size, self.seq_len, self.min_repeat, self.max_repeat)
         for name in ("d_model", "num_heads", "batch_size", "steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
