@@ -8,6 +8,8 @@
   ``from x import _y`` nor ``import x._y`` nor ``x._y`` on an imported module.
 * ``MultiHeadSelfAttention.forward`` reads as notebook 06's recipe: at most 45 lines.
 * Every ``# noqa`` / ``# type: ignore`` names its codes and says why, after them.
+* One vocabulary: ``check_*`` is an exercise checker (a lesson's ``exercises.py``, or the machinery that
+  builds one); a function that validates arguments is ``expect_*``.
 
 Each detector is also run on made-up source, so that a broken detector fails too.
 """
@@ -240,6 +242,44 @@ def test_no_module_uses_another_modules_underscore_names():
     assert not found, "underscore names used across modules (make them public or keep them in one module):\n" + (
         report(found)
     )
+
+
+#: Where a public ``check_*`` function may live: the machinery exercise checkers are built with.
+CHECKER_MACHINERY = {"checking.py", "predictions.py", "modules.py"}
+
+
+def checker_names(source: str) -> list[str]:
+    """The public functions and methods named ``check_*`` defined in ``source``."""
+    return [
+        node.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("check_")
+    ]
+
+
+def test_check_names_only_exercise_checkers():
+    found = {}
+    for path in package_modules():
+        relative = path.relative_to(PACKAGE)
+        is_checker_home = (relative.parts[0] == "lessons" and path.name == "exercises.py") or (
+            relative.parts[0] == "teaching" and path.name in CHECKER_MACHINERY
+        )
+        names = [] if is_checker_home else checker_names(path.read_text(encoding="utf-8"))
+        if names:
+            found[path] = names
+    assert not found, "check_* names an exercise checker; an argument check is expect_*:\n" + report(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("def check_heads(model, heads): ...", ["check_heads"]),
+        ("class M:\n    def check_call(self, ids): ...", ["check_call"]),
+        ("def expect_heads(model, heads): ...\ndef _check(x): ...", []),
+    ],
+)
+def test_checker_name_detector(source, names):
+    assert checker_names(source) == names
 
 
 def test_forward_reads_as_the_recipe():
