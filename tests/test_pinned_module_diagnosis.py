@@ -113,6 +113,18 @@ def test_two_known_mistakes_are_named_together_in_the_catalogues_order():
     )
 
 
+def test_where_to_look_in_a_module_without_mask_or_rope_names_neither():
+    class Scaled(multi_head_module()):
+        def forward(self, x):
+            return super().forward(x) * 1.1
+
+    assert check(Scaled, ONE, MULTI_HEAD_CONTRACT).message == (
+        "[ex] not yet: with Scaled(8, 8, 2), case 'x (2, 5, 8), full pass' differs from the reference (largest "
+        f"difference 0.223). {ISOLATED}, with every score equal (W_Q = W_K = 0), your module's output already "
+        "differs: look at the split into heads, the merge and W_O."
+    )
+
+
 def test_a_known_mistake_beside_a_difference_none_explains_says_so():
     result = check(scaled(causal_module(half_split=True), when=lambda m, cache: cache is not None and cache.length > 1))
     assert result.message.endswith("This is a known mistake: `result.hint()` names it.")
