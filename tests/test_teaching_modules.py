@@ -319,6 +319,16 @@ def test_a_cache_no_known_mistake_explains_is_told_where_to_look():
     )
 
 
+def test_the_diagnosis_reads_the_output_of_a_module_that_always_returns_its_weights_too():
+    class AlwaysBoth(causal_module(half_split=True)):
+        def forward(self, x, cache=None, need_weights=False):
+            return super().forward(x, cache, True)  # (out, weights) whatever need_weights says
+
+    found = diagnose(AlwaysBoth, CAUSAL_CONTRACT)
+    assert [m.name for m in found.mistakes] == ["rotating pairs half-split instead of interleaved"]
+    assert not found.unexplained
+
+
 def test_a_right_module_has_nothing_to_diagnose():
     assert diagnose(causal_module(), CAUSAL_CONTRACT).mistakes == ()
     assert diagnose(causal_module(), CAUSAL_CONTRACT).differs == ""
