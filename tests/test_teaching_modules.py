@@ -259,6 +259,21 @@ def test_a_module_that_breaks_on_a_later_probe_keeps_what_the_earlier_ones_named
     assert "every score equal" in found.differs
 
 
+def test_a_right_module_that_breaks_on_a_later_probe_is_told_which_probe_broke_it():
+    class RightOnceThenBroken(causal_module()):
+        calls = 0
+
+        def forward(self, x, cache=None, need_weights=False):
+            type(self).calls += 1
+            if type(self).calls > 1:
+                raise RuntimeError("only once")
+            return super().forward(x, cache, need_weights)
+
+    found = diagnose(RightOnceThenBroken, CAUSAL_CONTRACT)
+    assert found.mistakes == () and found.unexplained
+    assert found.differs.startswith("with the same content at every position, where only RoPE moves the scores")
+
+
 def test_an_unknown_mistake_is_never_given_a_known_name():
     class ScaledByThree(causal_module()):
         def forward(self, x, cache=None, need_weights=False):
