@@ -334,6 +334,20 @@ def test_a_cache_no_known_mistake_explains_is_told_where_to_look():
     )
 
 
+def test_where_to_look_is_the_first_probe_on_which_the_module_differs():
+    rotation = "with the same content at every position, where only RoPE moves the scores"
+    assert diagnose(causal_module(half_split=True), CAUSAL_CONTRACT).differs.startswith(rotation)
+
+    class HalfSplitAndOffAfterTwo(causal_module(half_split=True)):
+        def forward(self, x, cache=None, need_weights=False):
+            out = super().forward(x, cache, need_weights)
+            return out * 1.1 if cache is not None and cache.length > 3 else out
+
+    found = diagnose(HalfSplitAndOffAfterTwo, CAUSAL_CONTRACT)
+    assert [m.name for m in found.mistakes] == ["rotating pairs half-split instead of interleaved"]
+    assert found.unexplained and found.differs.startswith(rotation)
+
+
 def test_the_diagnosis_reads_the_output_of_a_module_that_always_returns_its_weights_too():
     class AlwaysBoth(causal_module(half_split=True)):
         def forward(self, x, cache=None, need_weights=False):
