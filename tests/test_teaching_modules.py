@@ -533,3 +533,24 @@ def test_a_right_module_gets_no_cause_and_a_passing_block_prints_nothing(capsys)
 def test_explain_does_not_count_as_an_attempt():
     explain(causal_module(half_split=True))
     assert feedback.wrong_tries("notebook 06, exercise 3") == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "described", "outputs"),
+    [
+        (Call("full", 2, 5), "x (2, 5, 8), full pass", ("output",)),
+        (Call("weights", 1, 4), "x (1, 4, 8), need_weights=True", ("output", "attention weights")),
+        (
+            Call("chunks", 2, 6, (3, 2, 1)),
+            "x (2, 6, 8) fed in chunks of 3, 2 and 1 tokens through one cache",
+            ("chunk 1 (3 tokens)", "chunk 2 (2 tokens after 3 cached)", "chunk 3 (1 token after 5 cached)",
+             "attention weights of the last chunk"),
+        ),
+        (Call("tokens", 1, 3), "x (1, 3, 8), token by token through one cache", ("output",)),
+        (Call("again", 2, 5), "x (2, 5, 8), right after another sequence through the same module", ("output",)),
+    ],
+    ids=["full", "weights", "chunks", "tokens", "again"],
+)  # fmt: skip
+def test_each_way_of_calling_the_module_is_told_in_words_with_what_it_gives(call, described, outputs):
+    assert call.describe(8) == described
+    assert call.outputs() == outputs
