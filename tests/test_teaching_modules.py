@@ -18,9 +18,11 @@ from learner_modules import causal_module, multi_head_module
 import mhsa_helpers as mh
 from mhsa_helpers.teaching import feedback
 from mhsa_helpers.teaching.attention_recipe import RIGHT, attend, package_parameters, rotate
+from mhsa_helpers.teaching.checking import AnswerRejected
 from mhsa_helpers.teaching.claims import ClaimError, claim
 from mhsa_helpers.teaching.modules import (
     CAUSAL_CONTRACT,
+    CAUSAL_SETTINGS,
     MODULE_MISTAKES,
     MULTI_HEAD_CONTRACT,
     CacheWithLengthAndAppend,
@@ -554,3 +556,20 @@ def test_explain_does_not_count_as_an_attempt():
 def test_each_way_of_calling_the_module_is_told_in_words_with_what_it_gives(call, described, outputs):
     assert call.describe(8) == described
     assert call.outputs() == outputs
+
+
+def test_a_call_whose_answer_has_the_wrong_form_is_refused_with_the_form_it_needs():
+    ignores_need_weights = causal_module()(8, 2)
+    x = torch.randn(2, 4, 8)  # a batch of 2: the output alone is no (output, weights) pair either
+    with pytest.raises(AnswerRejected) as raised:
+        run_call(lambda x, need_weights=False: ignores_need_weights(x), x, Call("weights", 2, 4))
+    assert str(raised.value) == "with need_weights=True, forward must return (output, weights)"
+    with pytest.raises(AnswerRejected) as raised:
+        run_call(lambda x, need_weights=False: ignores_need_weights(x, need_weights=True), x, Call("full", 2, 4))
+    assert str(raised.value) == "without need_weights=True, forward must return the output tensor alone"
+
+
+def test_the_package_module_for_notebook_11s_setting_shares_key_value_heads():
+    grouped = next(setting for setting in CAUSAL_SETTINGS if setting.kv_heads)
+    theirs = CAUSAL_CONTRACT.package(grouped)
+    assert (theirs.num_heads, theirs.num_kv_heads) == (grouped.num_heads, grouped.kv_heads) == (4, 2)
