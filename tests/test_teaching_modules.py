@@ -573,3 +573,28 @@ def test_the_package_module_for_notebook_11s_setting_shares_key_value_heads():
     grouped = next(setting for setting in CAUSAL_SETTINGS if setting.kv_heads)
     theirs = CAUSAL_CONTRACT.package(grouped)
     assert (theirs.num_heads, theirs.num_kv_heads) == (grouped.num_heads, grouped.kv_heads) == (4, 2)
+
+
+def test_a_module_without_a_name_of_its_own_is_described_by_the_contracts_class():
+    assert ModuleSetting(8, 8, 2).describe(CAUSAL_CONTRACT, "") == "MyCausalSelfAttention(8, 2)"
+    assert ModuleSetting(4, 8, 2).describe(MULTI_HEAD_CONTRACT, "") == "MyMultiHeadAttention(4, 8, 2)"
+
+
+def test_token_by_token_gives_one_tensor_of_every_position_as_the_full_pass_does():
+    torch.manual_seed(0)
+    module, x = causal_module()(8, 2).double(), torch.randn(2, 5, 8, dtype=torch.float64)
+    with torch.no_grad():
+        got = run_call(module, x, Call("tokens", 2, 5))
+        torch.testing.assert_close(got, module(x))
+
+
+def test_again_runs_another_sequence_of_the_same_shape_first_through_the_same_module():
+    seen = []
+
+    def module(x, need_weights=False):
+        seen.append(x)
+        return x
+
+    x = torch.randn(2, 5, 8)
+    assert run_call(module, x, Call("again", 2, 5)) is x
+    assert len(seen) == 2 and seen[0].shape == x.shape and not torch.equal(seen[0], x) and seen[1] is x
