@@ -580,6 +580,23 @@ def test_a_module_without_a_name_of_its_own_is_described_by_the_contracts_class(
     assert ModuleSetting(4, 8, 2).describe(MULTI_HEAD_CONTRACT, "") == "MyMultiHeadAttention(4, 8, 2)"
 
 
+@pytest.mark.parametrize(
+    ("setting", "described"),
+    [
+        (ModuleSetting(12, 8, 2), "Mine(8, 2, d_in=12)"),
+        (ModuleSetting(8, 8, 2, bias=False), "Mine(8, 2, bias=False)"),
+        (ModuleSetting(8, 8, 2, rope_base=100.0), "Mine(8, 2, rope_base=100)"),
+        (ModuleSetting(12, 8, 2, bias=False, rope_base=500.0, dtype=torch.float64),
+         "Mine(8, 2, d_in=12, bias=False, rope_base=500) in float64"),
+        (ModuleSetting(16, 16, 4, bias=False, kv_heads=2),
+         "Mine(16, 4, bias=False) holding weights whose 2 key/value heads are each shared by several query heads"),
+    ],
+    ids=["d_in", "bias", "base", "all", "grouped"],
+)  # fmt: skip
+def test_a_setting_is_described_as_the_call_that_builds_it(setting, described):
+    assert setting.describe(CAUSAL_CONTRACT, "Mine") == described
+
+
 def test_token_by_token_gives_one_tensor_of_every_position_as_the_full_pass_does():
     torch.manual_seed(0)
     module, x = causal_module()(8, 2).double(), torch.randn(2, 5, 8, dtype=torch.float64)
