@@ -269,7 +269,7 @@ class _CacheExplorer(Explorer):
         return {
             "model": model.name,
             "own_kv_heads": model.num_kv_heads,
-            "names": [f"{v.name}\n({v.num_kv_heads} kv heads)" for v in variants],
+            "names": [f"{v.name}\n({v.num_kv_heads} kv head{'' if v.num_kv_heads == 1 else 's'})" for v in variants],
             "gib": np.array([v.bytes / 2**30 for v in variants]),
             "tokens": int(values["tokens"]),
             "batch": int(values["batch"]),
