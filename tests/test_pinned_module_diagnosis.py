@@ -10,6 +10,7 @@ with modules written as a learner writes them (``learner_modules``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 
@@ -159,6 +160,21 @@ def test_a_difference_only_at_a_size_drawn_for_the_answer_says_it_was_drawn():
         r"\(largest difference [0-9.]+\)\.",
         result.message,
     ), result.message
+
+
+def test_a_drawn_call_through_a_cache_is_cut_into_chunks_that_add_up_to_its_sequence():
+    result = check(scaled(causal_module(), when=lambda module, cache: cache is not None and module.num_heads != 2))
+    described = re.fullmatch(
+        r"x \(2, (\d+), \d+\) fed in chunks of (\d+) and (\d+) tokens through one cache", result.case.description
+    )
+    assert described, result.case.description
+    seq, first, second = map(int, described.groups())
+    assert first + second == seq and first >= 1 and second >= 1
+
+
+def test_a_learner_without_a_name_of_its_own_is_told_as_the_contracts_class():
+    result = check(functools.partial(scaled(causal_module())))
+    assert result.message.startswith("[ex] not yet: with MyCausalSelfAttention(8, 2), case 'x (2, 5, 8), full pass'")
 
 
 # ------------------------------------------------------------------ what no number can isolate

@@ -949,7 +949,8 @@ def _drawn_settings(learner: Any, contract: Contract) -> list[ModuleSetting]:
 
 
 def _name(learner: Any) -> str:
-    return getattr(learner, "__name__", "your class")
+    # A learner with no name of its own (a functools.partial, say) is told as the contract's class.
+    return getattr(learner, "__name__", "")
 
 
 def _build(exercise: str, learner: Any, contract: Contract, setting: ModuleSetting) -> nn.Module | CheckResult:
