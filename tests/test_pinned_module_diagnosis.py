@@ -177,6 +177,73 @@ def test_a_learner_without_a_name_of_its_own_is_told_as_the_contracts_class():
     assert result.message.startswith("[ex] not yet: with MyCausalSelfAttention(8, 2), case 'x (2, 5, 8), full pass'")
 
 
+# ------------------------------------------------------------------ building the module
+
+
+class NotYet(causal_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        raise NotImplementedError
+
+
+class Raises(causal_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        raise ValueError("no")
+
+
+def Nothing(d_model, num_heads, **kwargs):
+    return None
+
+
+def NotModule(d_model, num_heads, **kwargs):
+    return [1]
+
+
+class NoForward(nn.Module):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__()
+
+
+class NoWo(causal_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        del self.w_o
+
+
+class NoCache(multi_head_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, d_model, num_heads)
+
+
+RAISES_LINE = inspect.getsourcelines(Raises.__init__)[1] + 2
+BUILT = [
+    (NotYet, "not_attempted", "[ex] not attempted yet: replace the `raise NotImplementedError` lines."),
+    (Raises, "error", f"[ex] Raises(8, 2, bias=False) raised ValueError: no (in __init__, line {RAISES_LINE}: "
+     '`raise ValueError("no")`).'),
+    (Nothing, "incorrect", "[ex] not yet: Nothing(8, 2, bias=False) returned None — did you forget `return`?"),
+    (NotModule, "error", "[ex] not yet: NotModule(8, 2, bias=False) gave list, not an nn.Module."),
+    (NoForward, "error", "[ex] not yet: NoForward(8, 2, bias=False) has no `forward` method: PyTorch calls "
+     "`forward(self, x, ...)` when the module is called."),
+    (NoWo, "incorrect", "[ex] not yet: NoWo(8, 2, bias=False) has no nn.Linear named w_o. The checker copies the "
+     "package's weights into self.w_q, self.w_k, self.w_v (d_in -> d_model) and self.w_o (d_model -> d_model)."),
+    (NoCache, "misconception", "[ex] not yet: NoCache(8, 2, bias=False) still has biases in w_q, w_k, w_v, w_o: pass "
+     "bias=bias to each nn.Linear (real models such as Llama have none)."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("learner", "status", "message"), BUILT, ids=[row[0].__name__ for row in BUILT])
+def test_a_module_that_cannot_be_built_as_asked_is_told_what_the_build_gave(learner, status, message):
+    result = check(learner, (ModuleSetting(8, 8, 2, bias=False, calls=(Call("full", 2, 5),)),))
+    assert (result.status, result.message) == (status, message)
+
+
+def test_a_forward_without_the_cache_is_told_the_signature_it_needs():
+    assert check(NoCache, ONE).message == (
+        "[ex] not yet: your forward takes (x); it must also take the cache and need_weights: "
+        "forward(self, x, cache=None, need_weights=False)."
+    )
+
+
 # ------------------------------------------------------------------ what no number can isolate
 
 
