@@ -234,7 +234,7 @@ BUILT = [
 @pytest.mark.parametrize(("learner", "status", "message"), BUILT, ids=[row[0].__name__ for row in BUILT])
 def test_a_module_that_cannot_be_built_as_asked_is_told_what_the_build_gave(learner, status, message):
     result = check(learner, (ModuleSetting(8, 8, 2, bias=False, calls=(Call("full", 2, 5),)),))
-    assert (result.status, result.message) == (status, message)
+    assert (result.exercise, result.status, result.message) == ("ex", status, message)
 
 
 def test_a_forward_without_the_cache_is_told_the_signature_it_needs():
