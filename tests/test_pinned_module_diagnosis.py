@@ -210,6 +210,12 @@ class NoWo(causal_module()):
         del self.w_o
 
 
+class GradOff(causal_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        torch.set_grad_enabled(False)  # a set-up line copied into the constructor
+
+
 class NoCache(multi_head_module()):
     def __init__(self, d_model, num_heads, **kwargs):
         super().__init__(d_model, d_model, num_heads)
@@ -226,6 +232,9 @@ BUILT = [
      "`forward(self, x, ...)` when the module is called."),
     (NoWo, "incorrect", "[ex] not yet: NoWo(8, 2, bias=False) has no nn.Linear named w_o. The checker copies the "
      "package's weights into self.w_q, self.w_k, self.w_v (d_in -> d_model) and self.w_o (d_model -> d_model)."),
+    (GradOff, "misconception", "[ex] not yet: your code turned gradients off for the rest of the notebook "
+     "(`torch.set_grad_enabled(False)`). The checker put it back; where no gradient is needed, put those lines under "
+     "`with torch.no_grad():`, which ends with its block."),
     (NoCache, "misconception", "[ex] not yet: NoCache(8, 2, bias=False) still has biases in w_q, w_k, w_v, w_o: pass "
      "bias=bias to each nn.Linear (real models such as Llama have none)."),
 ]  # fmt: skip
