@@ -246,10 +246,44 @@ def test_a_module_that_cannot_be_built_as_asked_is_told_what_the_build_gave(lear
     assert (result.exercise, result.status, result.message) == ("ex", status, message)
 
 
-def test_a_forward_without_the_cache_is_told_the_signature_it_needs():
-    assert check(NoCache, ONE).message == (
-        "[ex] not yet: your forward takes (x); it must also take the cache and need_weights: "
+class ForwardWithoutCache(causal_module()):
+    def forward(self, x, need_weights=False):
+        return super().forward(x, None, need_weights)
+
+
+class ForwardWithoutNeedWeights(causal_module()):
+    def forward(self, x, cache=None):
+        return super().forward(x, cache)
+
+
+@pytest.mark.parametrize(
+    ("learner", "signature"),
+    [
+        (NoCache, "(x)"),
+        (ForwardWithoutCache, "(x, need_weights=False)"),
+        (ForwardWithoutNeedWeights, "(x, cache=None)"),
+    ],
+    ids=["x", "no-cache", "no-need_weights"],
+)
+def test_a_forward_without_the_cache_or_need_weights_is_told_the_signature_it_needs(learner, signature):
+    result = check(learner, ONE)
+    assert (result.exercise, result.status) == ("ex", "incorrect")
+    assert result.message == (
+        f"[ex] not yet: your forward takes {signature}; it must also take the cache and need_weights: "
         "forward(self, x, cache=None, need_weights=False)."
+    )
+
+
+def test_an_instance_is_told_to_pass_the_class_itself():
+    result = check(causal_module()(8, 2))
+    assert (result.exercise, result.status) == ("ex", "error")
+    assert result.message == (
+        "[ex] not yet: pass your nn.Module class itself (e.g. MyModule), you passed a module made from "
+        "MyCausalSelfAttention."
+    )
+    # A payoff cell's explanation takes whatever the notebook holds, None too (check_module refuses it at the door).
+    assert explain(None) == (
+        f"{CAUSE}pass your nn.Module class itself (e.g. MyModule), you passed no class. Revisit that exercise."
     )
 
 
