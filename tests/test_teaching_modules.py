@@ -246,8 +246,10 @@ def test_two_slips_of_a_learners_module_are_both_named(slips, names):
     assert [m.name for m in found.mistakes] == names and not found.unexplained
 
 
-def test_a_module_that_breaks_on_a_later_probe_keeps_what_the_earlier_ones_named():
-    class BreaksWhenCalledAgain(causal_module(rope_v=True)):
+def broken_after_its_first_call(base):
+    """``base``'s module, raising from its second call on: it breaks on the diagnosis's second probe."""
+
+    class BrokenAfterItsFirstCall(base):
         calls = 0
 
         def forward(self, x, cache=None, need_weights=False):
@@ -256,22 +258,17 @@ def test_a_module_that_breaks_on_a_later_probe_keeps_what_the_earlier_ones_named
                 raise RuntimeError("only once")
             return super().forward(x, cache, need_weights)
 
-    found = diagnose(BreaksWhenCalledAgain, CAUSAL_CONTRACT)
+    return BrokenAfterItsFirstCall
+
+
+def test_a_module_that_breaks_on_a_later_probe_keeps_what_the_earlier_ones_named():
+    found = diagnose(broken_after_its_first_call(causal_module(rope_v=True)), CAUSAL_CONTRACT)
     assert [m.name for m in found.mistakes] == ["RoPE applied to V"] and not found.unexplained
     assert "every score equal" in found.differs
 
 
 def test_a_right_module_that_breaks_on_a_later_probe_is_told_which_probe_broke_it():
-    class RightOnceThenBroken(causal_module()):
-        calls = 0
-
-        def forward(self, x, cache=None, need_weights=False):
-            type(self).calls += 1
-            if type(self).calls > 1:
-                raise RuntimeError("only once")
-            return super().forward(x, cache, need_weights)
-
-    found = diagnose(RightOnceThenBroken, CAUSAL_CONTRACT)
+    found = diagnose(broken_after_its_first_call(causal_module()), CAUSAL_CONTRACT)
     assert found.mistakes == () and found.unexplained
     assert found.differs.startswith("with the same content at every position, where only RoPE moves the scores")
 
