@@ -287,50 +287,48 @@ def test_an_unknown_mistake_is_never_given_a_known_name():
     assert "isolate one step at a time, with every score equal" in result.message
 
 
-def test_a_rotation_no_known_mistake_explains_is_told_where_to_look():
-    class BaseOfItsOwn(causal_module()):
-        def __init__(self, d_model, num_heads, **kwargs):
-            super().__init__(d_model, num_heads, **kwargs)
-            self.rope_base = 500.0  # neither the module's base nor 10000
+class BaseOfItsOwn(causal_module()):
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        self.rope_base = 500.0  # neither the module's base nor 10000
 
-    found = diagnose(BaseOfItsOwn, CAUSAL_CONTRACT)
+
+class Tripled(torch.nn.Linear):
+    def forward(self, x):
+        return 3 * super().forward(x)
+
+
+class QueriesTripled(multi_head_module()):
+    def __init__(self, d_in, d_model, num_heads):
+        super().__init__(d_in, d_model, num_heads)
+        self.w_q = Tripled(d_in, d_model)
+
+
+class OffAfterTwo(causal_module()):
+    def forward(self, x, cache=None, need_weights=False):
+        out = super().forward(x, cache, need_weights)
+        return out * 1.1 if cache is not None and cache.length > 3 else out
+
+
+@pytest.mark.parametrize(
+    ("learner", "contract", "differs"),
+    [
+        (BaseOfItsOwn, CAUSAL_CONTRACT,
+         "with the same content at every position, where only RoPE moves the scores, your module's weights differ: "
+         "look at the rotation (its pairs, frequencies, direction and base, and which of q and k it turns)"),
+        (QueriesTripled, MULTI_HEAD_CONTRACT,
+         "with values that give the attention weights back, your module's weights differ: look at the scores "
+         "(q · kᵀ), their scaling and the softmax"),
+        (OffAfterTwo, CAUSAL_CONTRACT,
+         "fed through one cache in chunks of 3, 2 and 1 tokens, a later chunk differs: look at what forward reads "
+         "from the cache (the positions' and the mask's offset) and what it appends"),
+    ],
+    ids=["rotation", "scores", "cache"],
+)  # fmt: skip
+def test_a_step_no_known_mistake_explains_is_told_where_to_look(learner, contract, differs):
+    found = diagnose(learner, contract)
     assert found.mistakes == () and found.unexplained
-    assert found.differs == (
-        "with the same content at every position, where only RoPE moves the scores, your module's weights differ: "
-        "look at the rotation (its pairs, frequencies, direction and base, and which of q and k it turns)"
-    )
-
-
-def test_scores_no_known_mistake_explains_are_told_where_to_look():
-    class Tripled(torch.nn.Linear):
-        def forward(self, x):
-            return 3 * super().forward(x)
-
-    class QueriesTripled(multi_head_module()):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__(d_in, d_model, num_heads)
-            self.w_q = Tripled(d_in, d_model)
-
-    found = diagnose(QueriesTripled, MULTI_HEAD_CONTRACT)
-    assert found.mistakes == () and found.unexplained
-    assert found.differs == (
-        "with values that give the attention weights back, your module's weights differ: look at the scores "
-        "(q · kᵀ), their scaling and the softmax"
-    )
-
-
-def test_a_cache_no_known_mistake_explains_is_told_where_to_look():
-    class OffAfterTwo(causal_module()):
-        def forward(self, x, cache=None, need_weights=False):
-            out = super().forward(x, cache, need_weights)
-            return out * 1.1 if cache is not None and cache.length > 3 else out
-
-    found = diagnose(OffAfterTwo, CAUSAL_CONTRACT)
-    assert found.mistakes == () and found.unexplained
-    assert found.differs == (
-        "fed through one cache in chunks of 3, 2 and 1 tokens, a later chunk differs: look at what forward reads "
-        "from the cache (the positions' and the mask's offset) and what it appends"
-    )
+    assert found.differs == differs
 
 
 def test_where_to_look_is_the_first_probe_on_which_the_module_differs():
