@@ -34,11 +34,15 @@ def test_colab_link_opens_the_notebook_from_github():
             links.colab_link(bad)
 
 
-def run_setup_cell(monkeypatch, on_colab: bool, returncode: int = 0, stderr: str = ""):
+def run_setup_cell(monkeypatch, on_colab: bool, returncode: int = 0, stderr: str = "", tag_lookup: int = 0):
+    """Run the set-up cell with `subprocess.run` faked: `git ls-remote` exits with `tag_lookup` (0: the tag
+    exists, 2: no such tag, 128: git could not ask), pip with `returncode` and `stderr`."""
     calls = []
 
     def fake_run(command, **kwargs):
         calls.append(command)
+        if command[:2] == ["git", "ls-remote"]:
+            return subprocess.CompletedProcess(command, tag_lookup, stdout=b"", stderr=b"")
         return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
 
     monkeypatch.setattr(subprocess, "run", fake_run)
@@ -50,14 +54,32 @@ def run_setup_cell(monkeypatch, on_colab: bool, returncode: int = 0, stderr: str
     return calls
 
 
+LOOK_FOR_THE_TAG = ["git", "ls-remote", "--exit-code", "--tags", links.REPOSITORY_URL, links.release_tag()]
+
+
+def pip_install(spec: str) -> list[str]:
+    return [sys.executable, "-m", "pip", "install", "--quiet", spec]
+
+
 def test_set_up_cell_does_nothing_outside_colab(monkeypatch):
     assert run_setup_cell(monkeypatch, on_colab=False) == []
 
 
-def test_set_up_cell_installs_the_pinned_package_on_colab_and_says_so(monkeypatch, capsys):
-    calls = run_setup_cell(monkeypatch, on_colab=True)
-    assert calls == [[sys.executable, "-m", "pip", "install", "--quiet", links.install_spec()]]
+@pytest.mark.parametrize("tag_lookup", [0, 128], ids=["tagged", "git cannot ask"])
+def test_set_up_cell_installs_the_release_on_colab_and_says_so(monkeypatch, capsys, tag_lookup):
+    calls = run_setup_cell(monkeypatch, on_colab=True, tag_lookup=tag_lookup)
+    assert calls == [LOOK_FOR_THE_TAG, pip_install(links.install_spec())]
     assert capsys.readouterr().out == f"installing {links.install_spec()}\n"
+
+
+def test_set_up_cell_installs_the_branch_in_one_more_line_while_the_release_is_not_tagged(monkeypatch, capsys):
+    calls = run_setup_cell(monkeypatch, on_colab=True, tag_lookup=2)
+    assert links.install_spec(links.BRANCH) == f"mhsa-helpers @ git+{links.REPOSITORY_URL}@{links.BRANCH}"
+    assert calls == [LOOK_FOR_THE_TAG, pip_install(links.install_spec(links.BRANCH))]
+    assert capsys.readouterr().out == (
+        f"{links.release_tag()} is not tagged yet: installing the {links.BRANCH} branch instead\n"
+        f"installing {links.install_spec(links.BRANCH)}\n"
+    )
 
 
 def test_a_failed_install_stops_with_one_line_that_says_why(monkeypatch):

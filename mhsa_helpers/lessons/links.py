@@ -39,9 +39,9 @@ def release_tag() -> str:
     return f"v{__version__}"
 
 
-def install_spec() -> str:
-    """The pip requirement a Colab notebook installs: this package at its release tag."""
-    return f"mhsa-helpers @ git+{REPOSITORY_URL}@{release_tag()}"
+def install_spec(ref: str | None = None) -> str:
+    """The pip requirement a Colab notebook installs: this package at ``ref``, by default its release tag."""
+    return f"mhsa-helpers @ git+{REPOSITORY_URL}@{ref or release_tag()}"
 
 
 def colab_link(notebook: str) -> str:
@@ -59,14 +59,21 @@ def badge_markdown(notebook: str) -> str:
 
 
 def setup_cell() -> str:
-    """The first code cell of every notebook: on Colab, install the pinned package and say so; a failed
+    """The first code cell of every notebook: on Colab, install the package at its release tag (or, before
+    that tag exists, from the default branch, saying so in one line) and say what it installs; a failed
     install stops the notebook with one line that says what went wrong."""
-    return f'''# Set-up: on Google Colab, install the helper package at the release these notebooks were written for;
-# elsewhere `make lab` already did.
+    return f'''# Set-up: on Google Colab, install the helper package at the release these notebooks were written for
+# (from the {BRANCH} branch while that release is not tagged yet); elsewhere `make lab` already did.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
-    PACKAGE = "{install_spec()}"
+    REPOSITORY, REF = "{REPOSITORY_URL}", "{release_tag()}"
+    # `git ls-remote --exit-code` exits with 2 when the repository has no such tag (128 when it cannot ask)
+    looked = subprocess.run(["git", "ls-remote", "--exit-code", "--tags", REPOSITORY, REF], capture_output=True)
+    if looked.returncode == 2:
+        print(f"{{REF}} is not tagged yet: installing the {BRANCH} branch instead")
+        REF = "{BRANCH}"
+    PACKAGE = f"mhsa-helpers @ git+{{REPOSITORY}}@{{REF}}"
     print("installing", PACKAGE)
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", PACKAGE], capture_output=True, text=True)
     if done.returncode != 0:
