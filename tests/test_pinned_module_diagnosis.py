@@ -246,6 +246,25 @@ def test_a_module_that_cannot_be_built_as_asked_is_told_what_the_build_gave(lear
     assert (result.exercise, result.status, result.message) == ("ex", status, message)
 
 
+@pytest.mark.parametrize("right", [True, False], ids=["right", "wrong"])
+def test_a_module_that_can_be_built_only_once_is_told_at_its_second_build(right):
+    """The checker builds the module again: a right one at the first given size before it looks at gradients, a
+    wrong one to look at how it behaves."""
+
+    class BuiltOnce(causal_module() if right else scaled(causal_module())):
+        built = 0
+
+        def __init__(self, *args, **kwargs):
+            BuiltOnce.built += 1
+            if BuiltOnce.built > 1:
+                raise RuntimeError("built twice")
+            super().__init__(*args, **kwargs)
+
+    result = check(BuiltOnce, (ModuleSetting(8, 8, 2, bias=False, calls=(Call("full", 2, 5),)),))
+    assert (result.exercise, result.status, BuiltOnce.built) == ("ex", "error", 2)
+    assert result.message.startswith("[ex] BuiltOnce(8, 2, bias=False) raised RuntimeError: built twice (in __init__")
+
+
 class ForwardWithoutCache(causal_module()):
     def forward(self, x, need_weights=False):
         return super().forward(x, None, need_weights)

@@ -485,6 +485,8 @@ def test_the_module_is_also_checked_in_float64_and_at_sizes_drawn_for_it():
     assert result.status == "error" and "in float64" in result.message
     right = check_causal(causal_module())
     assert right.correct and "3 module sizes (1 given, 2 drawn for your code)" in right.message
+    # each size drawn for a causal module makes five calls: full, again, weights, chunks and token by token
+    assert right.message.endswith(f"on all {sum(len(s.calls) for s in SMALL) + 2 * 5} calls.")
 
 
 def test_the_behaviour_is_looked_at_in_the_dtype_of_the_setting_that_differs():
