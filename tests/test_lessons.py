@@ -7,6 +7,7 @@ lesson folder without a notebook fail: the facts are read from the files themsel
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import io
@@ -197,6 +198,49 @@ def test_no_committed_exercise_output_states_a_mistake_or_its_fix(item):
             assert re.match(r"\[[^]]+\] (not attempted yet|still the original): ", verdicts[0]), verdicts[0]
             told.append(verdicts[0].split("] ", 1)[1].split(":")[0])
     assert len(told) == len(item.checkers), told
+
+
+def global_grad_switches(source: str) -> list[str]:
+    """The statements of a code cell that switch autograd off for the whole kernel: a bare call of
+    ``set_grad_enabled`` (but with ``True``) or ``inference_mode``, not as a ``with`` block or a decorator, which
+    end with their block or function. IPython's ``%`` and ``!`` lines count as ``pass``."""
+    lines = [
+        line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+        for line in source.splitlines()
+    ]
+    switches = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+            continue
+        function = node.value.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+        switched_on = [ast.unparse(a) for a in node.value.args] == ["True"]
+        if name == "inference_mode" or (name == "set_grad_enabled" and not switched_on):
+            switches.append(ast.unparse(node))
+    return switches
+
+
+def test_the_grad_switch_finder_tells_a_global_switch_from_a_local_one():
+    cell = "import torch\n%matplotlib inline\ntorch.set_grad_enabled(False)  # why\nx = 1"
+    assert global_grad_switches(cell) == ["torch.set_grad_enabled(False)"]
+    for switch in ("torch.autograd.set_grad_enabled(False)", "torch.inference_mode()", "set_grad_enabled(flag)"):
+        assert global_grad_switches(f"for i in range(2):\n    %time f()\n\n    {switch}") == [switch]
+    local = (
+        "with torch.no_grad():\n    y = f(x)\n"
+        "with torch.set_grad_enabled(False), torch.inference_mode():\n    y = f(x)\n"
+        "@torch.inference_mode()\ndef g(x):\n    return f(x)\n"
+        "torch.set_grad_enabled(True)\n!pip list"
+    )
+    assert global_grad_switches(local) == []
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_no_notebook_turns_gradients_off_for_the_whole_kernel(item):
+    """A notebook that turns autograd off for the kernel breaks the learner's own ``loss.backward()`` in any later
+    cell: inference lines go under ``with torch.no_grad():``, which ends with its block (issue 33, item 6)."""
+    for path in (item.notebook, item.solutions):
+        switches = [s for cell in code_cells(ROOT / path) for s in global_grad_switches(cell)]
+        assert not switches, f"{path}: {switches}"
 
 
 # ------------------------------------------------------------------ the README's table
