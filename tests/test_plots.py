@@ -103,6 +103,48 @@ def test_scores_heatmap_shares_a_limit_and_greys_masked_scores():
         figures.scores_heatmap(first, limit=0.0)
 
 
+def luminance(rgba):
+    """WCAG relative luminance of an sRGB colour: 0 is black, 1 white."""
+    r, g, b = ((c / 12.92) if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_scores_heatmap_draws_one_signed_scores_on_a_sequential_scale_from_the_extreme_to_zero():
+    # ALiBi-like biases, all <= 0: the colour range is [min, 0], with no unused positive half.
+    first, second = np.array([[0.0, -0.5], [-1.0, -2.5]]), np.array([[0.0, -0.25], [-0.5, -np.inf]])
+    limit = figures.symmetric_limit(first, second)
+    a = figures.scores_heatmap(first, limit=limit, sequential=True, annotate=True)
+    b = figures.scores_heatmap(second, limit=limit, sequential=True, annotate=True)
+    assert a.images[0].get_clim() == b.images[0].get_clim() == (-2.5, 0.0)
+    np.testing.assert_array_equal(image_of(a), first)
+    # Sequential: the further from 0, the darker, all the way (a diverging map would turn pale again).
+    image = a.images[0]
+    lightness = [luminance(image.cmap(image.norm(v))) for v in np.linspace(-2.5, 0.0, 26)]
+    assert (np.diff(lightness) > 0).all()
+    assert lightness[-1] > 0.8 and lightness[0] < 0.05  # pale at 0, dark at the far end
+    # The written values stay readable: white on the dark cell, black on the pale ones.
+    assert [t.get_text() for t in a.texts] == ["0.00", "-0.50", "-1.00", "-2.50"]
+    assert [t.get_color() for t in a.texts] == ["black", "black", "black", "white"]
+    # Masked scores are still grey, and written as -inf in black.
+    assert b.images[0].get_array().mask.tolist() == [[False, False], [False, True]]
+    assert b.texts[-1].get_text() == "−∞" and b.texts[-1].get_color() == "black"
+    # Scores all >= 0 get [0, limit], still pale at 0.
+    positive = figures.scores_heatmap(np.array([[0.0, 3.0]]), sequential=True).images[0]
+    assert positive.get_clim() == (0.0, 3.0)
+    assert luminance(positive.cmap(positive.norm(0.0))) > 0.8 > luminance(positive.cmap(positive.norm(3.0)))
+    assert figures.ONE_SIGNED_CMAP != figures.SCORES_CMAP
+
+
+def test_scores_heatmap_keeps_both_signs_on_the_diverging_map():
+    with pytest.raises(ValueError, match="one sign"):
+        figures.scores_heatmap(np.array([[1.0, -2.0]]), sequential=True)
+    with pytest.raises(TypeError, match="sequential"):
+        figures.scores_heatmap(np.array([[1.0, 2.0]]), sequential="yes")
+    # The default is unchanged: a diverging map symmetric about 0, even for one-signed scores.
+    ax = figures.scores_heatmap(np.array([[0.0, -2.0]]))
+    assert ax.images[0].get_clim() == (-2.0, 2.0) and ax.images[0].get_cmap().name.startswith(figures.SCORES_CMAP)
+
+
 def test_attention_heatmap_into_given_axes():
     _fig, (left, right) = plt.subplots(1, 2)
     assert figures.attention_heatmap(np.eye(2), ax=right) is right

@@ -33,6 +33,7 @@ from ..checks import expect_int
 __all__ = [
     "ANNOTATE_MAX_SEQ",
     "MASK_COLORS",
+    "ONE_SIGNED_CMAP",
     "SCORES_CMAP",
     "WEIGHTS_CMAP",
     "HeadGrid",
@@ -105,6 +106,9 @@ def new_axes(figsize: tuple[float, float]) -> Axes:
 WEIGHTS_CMAP = "Blues"
 #: Diverging colormap of raw scores; always drawn with a range symmetric about 0, so white is 0.
 SCORES_CMAP = "RdBu_r"
+#: Sequential colormap of one-signed scores (e.g. ALiBi's biases, all <= 0), pale at 0 and dark at the far end;
+#: :func:`scores_heatmap` with ``sequential=True`` runs it from 0 outwards, on the side the scores are.
+ONE_SIGNED_CMAP = "magma_r"
 #: Blocked / allowed colours of :func:`mask_heatmap`.
 MASK_COLORS = ("#d9d9d9", "#2171b5")
 #: Values in heatmap cells are written out up to this many rows/columns.
@@ -154,8 +158,12 @@ class Heatmap:
         row_name: str | None = None,
         col_name: str | None = None,
         colorbar: str | None = None,
+        text_by_luminance: bool = False,
     ) -> None:
         self.ax = ax
+        # False: the high end of the range (both ends of a diverging one) is taken as dark; True: each
+        # written value is white or black by its cell's colour, for maps whose dark end is the low one.
+        self.text_by_luminance = text_by_luminance
         self.shape = values.shape
         self.fmt = fmt
         self.fontsize = fontsize
@@ -238,10 +246,20 @@ class Heatmap:
         diverging = low < 0 < high
         for text, value in zip(self.texts, self.values.ravel(), strict=True):
             text.set_text("−∞" if value == -np.inf else self.fmt.format(value))
+            if self.text_by_luminance:
+                colour = self.image.cmap(self.image.norm(value))
+                text.set_color("white" if bool(np.isfinite(value)) and _luminance(colour) < 0.179 else "black")
+                continue
             # White text on the dark part of the colormap (both ends of a diverging one), black elsewhere.
             strength = abs(value) / max(-low, high) if diverging else (value - low) / span
             dark = bool(np.isfinite(value)) and strength > 0.55
             text.set_color("white" if dark else "black")
+
+
+def _luminance(rgba) -> float:
+    """The relative luminance of an sRGB colour (WCAG): below 0.179, white text reads better than black."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
 def attention_heatmap(
@@ -292,7 +310,8 @@ def attention_heatmap(
 
 def symmetric_limit(*arrays) -> float:
     """The largest absolute finite value over ``arrays`` (1.0 if there is none): the shared
-    ``limit`` that gives several :func:`scores_heatmap` panels one colour scale."""
+    ``limit`` that gives several :func:`scores_heatmap` panels one colour scale (``[-limit, limit]``,
+    or, with ``sequential=True``, ``[-limit, 0]`` for scores that are all ``<= 0``)."""
     largest = 0.0
     for index, value in enumerate(arrays):
         array = as_array(f"arrays[{index}]", value)
@@ -314,6 +333,7 @@ def scores_heatmap(
     fmt: str = "{:.2f}",
     fontsize: float = 8,
     colorbar: str | None = "score",
+    sequential: bool = False,
 ) -> Axes:
     """Heatmap of raw scores ``(seq_q, seq_k)`` on a diverging map whose white is exactly 0:
     red is positive, blue negative, queries on rows and keys on columns.
@@ -321,23 +341,44 @@ def scores_heatmap(
     The colour range is ``[-limit, limit]``; by default ``limit`` is the largest absolute
     finite score. Panels that are compared should share one ``limit`` (see
     :func:`symmetric_limit`). Masked scores (``-inf``) are drawn in light grey.
+
+    ``sequential=True`` is for one-signed scores, every finite one ``<= 0`` (such as ALiBi's
+    biases) or every one ``>= 0``: a sequential map (:data:`ONE_SIGNED_CMAP`), pale at 0 and dark
+    at ``limit`` from it, over ``[-limit, 0]`` (or ``[0, limit]``), so that no half of the colour
+    bar goes unused. Scores of both signs raise ``ValueError``: they need the diverging map.
     """
     values = as_matrix("scores", scores, "(seq_q, seq_k)")
     if limit is None:
         limit = symmetric_limit(values)
     elif not isinstance(limit, (int, float)) or isinstance(limit, bool) or not math.isfinite(limit) or limit <= 0:
         raise ValueError(f"limit must be a positive finite number, got {limit!r}")
+    if not isinstance(sequential, bool):
+        raise TypeError(f"sequential must be True or False, got {sequential!r}")
     import matplotlib
 
-    cmap = matplotlib.colormaps[SCORES_CMAP].with_extremes(bad=MASK_COLORS[0])
+    vmin, vmax = -float(limit), float(limit)
+    if sequential:
+        finite = values[np.isfinite(values)]
+        negative = bool((finite <= 0).all())
+        if not negative and not bool((finite >= 0).all()):
+            raise ValueError(
+                f"sequential=True needs scores of one sign (all <= 0 or all >= 0), got values from "
+                f"{finite.min():g} to {finite.max():g}: draw them with sequential=False (a diverging map)"
+            )
+        base = matplotlib.colormaps[ONE_SIGNED_CMAP]
+        # Pale at 0 either way: the map runs from 0 towards the side the scores are on.
+        cmap = (base.reversed() if negative else base).with_extremes(bad=MASK_COLORS[0])
+        vmin, vmax = (vmin, 0.0) if negative else (0.0, vmax)
+    else:
+        cmap = matplotlib.colormaps[SCORES_CMAP].with_extremes(bad=MASK_COLORS[0])
     heatmap = _heatmap(
         values,
         query_tokens=query_tokens,
         key_tokens=key_tokens,
         ax=ax,
         annotate=annotate,
-        vmin=-float(limit),
-        vmax=float(limit),
+        vmin=vmin,
+        vmax=vmax,
         cmap=cmap,
         fmt=fmt,
         fontsize=fontsize,
@@ -345,6 +386,7 @@ def scores_heatmap(
         colorbar=colorbar,
         row_name="query",
         col_name="key",
+        text_by_luminance=sequential,
     )
     if title is not None:
         heatmap.ax.set_title(title, fontsize=fontsize + 1)
@@ -367,6 +409,7 @@ def _heatmap(
     colorbar: str | None = None,
     row_name: str | None = None,
     col_name: str | None = None,
+    text_by_luminance: bool = False,
 ) -> Heatmap:
     values = as_matrix(name, weights, "(seq_q, seq_k)")
     seq_q, seq_k = values.shape
@@ -390,6 +433,7 @@ def _heatmap(
         colorbar=colorbar,
         row_name=row_name,
         col_name=col_name,
+        text_by_luminance=text_by_luminance,
     )
 
 

@@ -122,7 +122,7 @@ class _StretchExplorer(Explorer):
         how = {
             "none": "RoPE as trained",
             "linear": "position interpolation: every wavelength × s",
-            "ntk": "NTK-aware: the base grows by s^(d/(d-2)); slow pairs × s, the fastest kept",
+            "ntk": "NTK-aware: the base grows by s^(d/(d-2)); the slowest pair × s, the fastest kept",
             "yarn": "YaRN: pairs turning more than 32 times in L kept, less than once interpolated, a ramp between",
         }[data["method"]]
         factor = f" · scores × {data['score_factor']:.2f}" if data["score_factor"] != 1.0 else ""

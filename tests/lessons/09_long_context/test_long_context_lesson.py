@@ -3,12 +3,16 @@ reach, the explorers and the diagram (the checkers: ``test_long_context_checkers
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
 
 import pytest
 import torch
+from notebook_cells import cells, source
 
 from mhsa_helpers.lessons.long_context import (
     TRAINED_LENGTH,
@@ -22,8 +26,10 @@ from mhsa_helpers.lessons.long_context import (
 )
 from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
 from mhsa_helpers.lessons.long_context.explorer import ORIGINAL_LENGTHS
-from mhsa_helpers.long_context import RopeScaling, rope_wavelengths, sliding_window_mask
+from mhsa_helpers.long_context import RopeScaling, alibi_bias, alibi_slopes, rope_wavelengths, sliding_window_mask
 from mhsa_helpers.rope import scaled_rope_frequencies
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "09_long_context.ipynb"
 
 # ---------------------------------------------------------------- experiments
 
@@ -134,3 +140,49 @@ def test_streaming_cache_diagram_keeps_sinks_and_window():
     assert sum(t.isdigit() for t in texts) == 10 + 5
     with pytest.raises(ValueError, match="sinks"):
         streaming_cache_diagram(seq_len=10, window=3, sinks=8)
+
+
+# ---------------------------------------------------------------- the notebook's ALiBi figure
+
+
+def test_the_notebooks_alibi_figure_is_one_sequential_scale_from_the_largest_penalty_to_zero(monkeypatch):
+    """ALiBi's biases are all <= 0: the notebook draws its two heads on a sequential map over [min, 0], shared,
+    with one colour bar, so that no half of the bar goes unused and head 4 (slopes 8 times smaller) still shows
+    its pattern."""
+    import matplotlib.pyplot as plt
+
+    from mhsa_helpers.teaching import claims, figures
+
+    monkeypatch.setattr(plt, "show", lambda *args, **kwargs: None)
+    cell = next(c for c in cells(NOTEBOOK) if c.get("id") == "alibi")
+    # The names the cell takes from the notebook's imports (not run here: they set global print options and seed).
+    namespace = {"torch": torch, "plt": plt, "alibi_bias": alibi_bias, "alibi_slopes": alibi_slopes}
+    namespace |= {"claim": claims.claim, "scores_heatmap": figures.scores_heatmap}
+    namespace |= {"symmetric_limit": figures.symmetric_limit}
+    try:
+        exec(compile(source(cell), NOTEBOOK.stem, "exec"), namespace)
+        figure, bias = plt.gcf(), namespace["bias"]
+        panels = [ax for ax in figure.axes if ax.images]
+        bars = [ax for ax in figure.axes if not ax.images]
+        assert len(panels) == 2 and len(bars) == 1 and bars[0].get_ylabel()
+        lowest = float(torch.minimum(bias[0], bias[3]).min())
+        assert bool((bias <= 0).all()) and lowest == -2.5
+        for ax, head in zip(panels, (0, 3), strict=True):
+            assert ax.images[0].get_array().tolist() == bias[head].tolist()
+            assert ax.images[0].get_clim() == (lowest, 0.0)
+            assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+        image = panels[0].images[0]
+        lightness = [luminance(image.cmap(image.norm(v))) for v in torch.linspace(lowest, 0.0, 26).tolist()]
+        assert all(a < b for a, b in itertools.pairwise(lightness))  # sequential: darker the further from 0
+        # Head 4's furthest key (-0.31) is visibly darker than its diagonal (0).
+        head_4 = panels[1].images[0]
+        diagonal, furthest = (luminance(head_4.cmap(head_4.norm(v))) for v in (0.0, float(bias[3].min())))
+        assert diagonal - furthest > 0.25
+    finally:
+        plt.close("all")
+
+
+def luminance(rgba) -> float:
+    """WCAG relative luminance of an sRGB colour: 0 is black, 1 white."""
+    r, g, b = ((c / 12.92) if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
