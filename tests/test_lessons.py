@@ -23,7 +23,17 @@ matplotlib.use("Agg")
 
 import pytest
 
-from mhsa_helpers.lessons import LESSONS, PLANNED, Lesson, lesson, markdown_table
+from mhsa_helpers.lessons import (
+    EXERCISE_MINUTES,
+    LESSONS,
+    PLANNED,
+    Exercise,
+    Lesson,
+    exercise_label,
+    lesson,
+    markdown_table,
+    time_line,
+)
 from mhsa_helpers.teaching.explorer import Explorer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,21 +253,62 @@ def test_no_notebook_turns_gradients_off_for_the_whole_kernel(item):
         assert not switches, f"{path}: {switches}"
 
 
+# ------------------------------------------------------------------ times
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
+def test_the_notebook_states_its_times_and_labels_each_exercise_as_the_registry_says(item):
+    cells = json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    first = "".join(cells[0]["source"])
+    minutes = sum(exercise.minutes for exercise in item.exercises)
+    assert f"Time: about {item.reading_minutes} minutes to read and run, and about {minutes} for the " in first
+    assert text.count(time_line(item)) == 1
+    found = re.findall(r"^### Exercise (\d+) · (.+)\n\n(.+)$", text, flags=re.MULTILINE)
+    assert found == [
+        (str(number), exercise.title, exercise_label(exercise)) for number, exercise in enumerate(item.exercises, 1)
+    ]
+
+
+def test_an_exercise_is_labelled_with_its_kind_difficulty_and_minutes():
+    assert exercise_label(Exercise("Find the bug", "debug", 2)) == "*Debug · difficulty ●●○ · about 15 minutes*"
+    assert exercise_label(Exercise("Predict", "predict", 1)).startswith("*Predict · difficulty ●○○ · about 3 ")
+    assert [Exercise("x", "build", level).minutes for level in (1, 2, 3)] == [10, 20, 30]
+    for kind, minutes in EXERCISE_MINUTES.items():
+        assert list(minutes) == sorted(set(minutes)), f"a harder {kind} exercise takes longer"
+    item = lesson(6)
+    assert item.exercise_minutes == sum(EXERCISE_MINUTES[e.kind][e.difficulty - 1] for e in item.exercises)
+    assert "about 53 for the 3 exercises" in time_line(item)
+    assert all(kind in EXERCISE_MINUTES for item in LESSONS for kind in (e.kind for e in item.exercises))
+    assert all(e.difficulty in (1, 2, 3) for item in LESSONS for e in item.exercises)
+
+
 # ------------------------------------------------------------------ the README's table
 
 
-def test_markdown_table_has_one_linked_row_per_lesson():
+def test_markdown_table_has_one_linked_row_per_lesson_with_its_times_and_their_sums():
     lines = markdown_table().splitlines()
-    assert lines[:2] == ["| # | notebook | the idea |", "|---|---|---|"]
-    assert len(lines) == 2 + len(LESSONS) + len(PLANNED)
-    by_number = {int(line.split("|")[1]): line for line in lines[2:]}
+    assert lines[:2] == ["| # | notebook | the idea | reading | exercises |", "|---|---|---|---|---|"]
+    assert len(lines) == 2 + len(LESSONS) + len(PLANNED) + 1
+    by_number = {int(line.split("|")[1]): line for line in lines[2:-1]}
     assert list(by_number) == sorted(by_number)
     for item in LESSONS:
         line = by_number[item.number]
         assert line.startswith(f"| {item.number:02d} | [{item.title}]({item.notebook}) | ")
-        assert item.summary and line.endswith(f" | {item.summary} |")
+        minutes = sum(exercise.minutes for exercise in item.exercises)
+        assert item.summary and line.endswith(
+            f" | {item.summary} | {item.reading_minutes} min | {minutes} min ({len(item.exercises)}) |"
+        )
     for number, title in PLANNED:
-        assert by_number[number] == f"| {number:02d} | {title} | *planned* |"
+        assert by_number[number] == f"| {number:02d} | {title} | *planned* | | |"
+    reading = sum(item.reading_minutes for item in LESSONS)
+    exercises = sum(exercise.minutes for item in LESSONS for exercise in item.exercises)
+    assert 60 * 7 < reading + exercises < 60 * 15, "the series takes a working week's evenings, not an afternoon"
+    assert lines[-1] == (
+        f"| | **all {len(LESSONS)}** | {(reading + exercises) // 60} h {(reading + exercises) % 60:02d} min in all | "
+        f"{reading // 60} h {reading % 60:02d} min | {exercises // 60} h {exercises % 60:02d} min "
+        f"({sum(len(item.exercises) for item in LESSONS)}) |"
+    )
 
 
 def test_markdown_command_prints_the_table():

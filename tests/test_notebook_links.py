@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_notebook_has_the_badge_and_set_up_cell_of_links():
     done = subprocess.run(
-        [sys.executable, "scripts/sync_notebook_links.py", "--check"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "scripts/sync_notebooks.py", "--check"], cwd=ROOT, capture_output=True, text=True
     )
-    assert done.returncode == 0, f"run `python scripts/sync_notebook_links.py`:\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, f"run `python scripts/sync_notebooks.py`:\n{done.stdout}{done.stderr}"
 
 
 def test_colab_installs_this_version_from_its_tag():

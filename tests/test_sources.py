@@ -3,9 +3,9 @@
 * It ends with a ``## References`` cell of public links (a learner can open every one), listed once.
 * Every paper listed there is cited in the text where it is used (first author and year), and every
   inline citation ("Dao et al., 2022", "Milakov & Gimelshein, 2018") has its entry.
-* Its stated reading time ("Reading time: about N minutes") is within 5 minutes of an estimate from
-  its content: prose at 200 words a minute, half a minute per code cell, 5 minutes per exercise (each
-  registered checker: writing code, a prediction or a bug to fix).
+* Its reading time (the registry's ``reading_minutes``, which ``scripts/sync_notebooks.py`` writes into its
+  first cell beside the minutes of its exercises) is within 5 minutes of an estimate from its content: prose
+  at 200 words a minute and half a minute per code cell.
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ LESSON_OF = {ROOT / lesson.notebook: lesson for lesson in LESSONS}
 REFERENCE = re.compile(r"^- (?P<authors>[^()]+?) \((?P<year>\d{4})\)\. \*(?P<title>[^*]+)\*.*?(?P<url>https://\S+)$")
 #: "Dao et al., 2022", "Milakov & Gimelshein, 2018", "Dao, 2023": the first author and the year.
 CITATION = re.compile(r"\b([A-Z][A-Za-z-]+)(?: et al\.| & [A-Z][A-Za-z-]+)?, (\d{4})\b")
-READING_TIME = re.compile(r"Reading time: about (\d+) minutes")
 WORDS_PER_MINUTE = 200
 MINUTES_PER_CODE_CELL = 0.5
-MINUTES_PER_EXERCISE = 5.0
 
 
 def cells(path: Path) -> list:
@@ -53,15 +51,12 @@ def prose_words(text: str) -> int:
     return len(re.findall(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?", text))
 
 
-def estimated_minutes(path: Path, exercises: int | None = None) -> float:
-    """``exercises``: how many the notebook has (a lesson's registered checkers: write, predict and
-    debug alike); by default its cells that ``raise NotImplementedError``."""
+def estimated_minutes(path: Path) -> float:
+    """The minutes it takes to read a notebook's text and run its cells; its exercises are timed apart."""
     notebook = cells(path)
     words = sum(prose_words(c.source) for c in notebook if c.cell_type == "markdown")
     code = [c for c in notebook if c.cell_type == "code"]
-    if exercises is None:
-        exercises = sum("raise NotImplementedError" in c.source for c in code)
-    return words / WORDS_PER_MINUTE + (len(code) - exercises) * MINUTES_PER_CODE_CELL + exercises * MINUTES_PER_EXERCISE
+    return words / WORDS_PER_MINUTE + len(code) * MINUTES_PER_CODE_CELL
 
 
 def test_every_lesson_is_checked():
@@ -108,17 +103,15 @@ def test_reference_pattern(line, ok):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_the_stated_reading_time_matches_words_cells_and_exercises(path):
-    stated = [int(m) for c in cells(path) if c.cell_type == "markdown" for m in READING_TIME.findall(c.source)]
-    assert len(stated) == 1, f"{path.name} states its reading time {len(stated)} times"
-    # Every registered checker is an exercise: a prediction or a bug to fix has no NotImplementedError cell.
-    estimate = estimated_minutes(path, exercises=len(LESSON_OF[path].checkers))
-    assert abs(stated[0] - estimate) <= 5, (
-        f"{path.name} says about {stated[0]} minutes; its content takes {estimate:.0f}"
+def test_the_stated_reading_time_matches_words_and_cells(path):
+    stated, estimate = LESSON_OF[path].reading_minutes, estimated_minutes(path)
+    assert stated % 5 == 0 and abs(stated - estimate) <= 5, (
+        f"{path.name}: the registry says {stated} minutes; its content takes {estimate:.0f}: set its "
+        f"reading_minutes to {5 * round(estimate / 5)} and run `python scripts/sync_notebooks.py`"
     )
 
 
-def test_the_reading_time_estimate_counts_words_code_and_exercises(tmp_path):
+def test_the_reading_time_estimate_counts_words_and_code_cells(tmp_path):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_markdown_cell("word " * 400 + "https://example.org/a/b"),
@@ -128,4 +121,4 @@ def test_the_reading_time_estimate_counts_words_code_and_exercises(tmp_path):
     assert prose_words("see https://arxiv.org/abs/1706.03762 now") == 2
     path = tmp_path / "probe.ipynb"
     nbformat.write(notebook, path)
-    assert math.isclose(estimated_minutes(path), 400 / 200 + 0.5 + 5.0)
+    assert math.isclose(estimated_minutes(path), 400 / 200 + 2 * 0.5)

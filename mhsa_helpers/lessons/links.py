@@ -1,7 +1,7 @@
 """Where the series is published, in one place: the repository, the release the notebooks install
 on Colab, the "Open in Colab" badge of every notebook and its set-up cell.
 
-``python scripts/sync_notebook_links.py`` writes the badge and the set-up cell into every
+``python scripts/sync_notebooks.py`` writes the badge and the set-up cell into every
 notebook from here, the website's configuration (``book/conf.py``) reads the same constants, and
 ``tests/test_notebook_links.py`` fails when a notebook has drifted.
 """
