@@ -6,10 +6,10 @@ notebook's name without its number (``05_rotary_position_embeddings.ipynb`` → 
 own, ``figures.py``. Tests, benchmarks, the Colab-like check and the README's table of the
 series iterate :data:`LESSONS`; nothing else lists the notebooks.
 
-Adding notebook 07 means: ``notebooks/07_<name>.ipynb``, its solutions notebook
-``notebooks/solutions/07_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
-:class:`Lesson` at the end of :data:`LESSONS`, which lists the notebook's checkers in the order of its
-exercises (registered here, not found by their names).
+Adding notebook 12 means: ``notebooks/12_<name>.ipynb``, its solutions notebook
+``notebooks/solutions/12_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
+:class:`Lesson` at the end of :data:`LESSONS`, which lists the notebook's exercises in their order, each
+with its checker (registered here, not found by their names).
 
 Each lesson also states its time, as ARENA does: every exercise is an :class:`Exercise` with its kind
 (predict, debug, build or order), a difficulty from 1 to 3 and minutes read from :data:`EXERCISE_MINUTES`, and
