@@ -13,6 +13,7 @@
 #   make bench-browser    keypress-to-picture time of each explorer in JupyterLab, against a bare slider
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
+#   make bench-gpu        the real model on a GPU: host synchronisations per decoded token, decoding vs transformers
 #   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
@@ -53,7 +54,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model mutate mutation-report \
+	bench-model bench-gpu mutate mutation-report \
 	clean distclean FORCE
 
 help:
@@ -138,6 +139,9 @@ bench-scale: setup
 
 bench-model: setup
 	$(VENV_PY) benchmarks/bench_real_model.py
+
+bench-gpu: setup
+	$(VENV_PY) benchmarks/bench_gpu.py
 
 # Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
 # on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can
