@@ -138,3 +138,12 @@ def test_bench_forward_quick_mode_runs_end_to_end():
     assert "fast path / hand-wired" in out
     assert "## Peak memory of one forward at n = 256" in out
     assert "fast path peak / naive peak" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script measures (minutes): run make bench-gpu")
+def test_bench_gpu_says_there_is_nothing_to_measure_without_cuda():
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.startswith("no CUDA device here: nothing to measure")
