@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 from learner_modules import causal_module, multi_head_module
+from torch import nn
 
 import mhsa_helpers as mh
 from mhsa_helpers.teaching import feedback
@@ -68,6 +69,36 @@ def test_rotate_by_default_turns_interleaved_pairs_at_the_usual_frequencies_forw
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     positions = torch.arange(5)
     torch.testing.assert_close(rotate(x, positions, 10000.0), mh.RotaryEmbedding(8, 8)(x, positions))
+
+
+class WithoutWk(nn.Module):
+    """Three of the four projections: W_K missing (a learner who has not written it yet)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w_q, self.w_v, self.w_o = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+
+class WoIdentity(WithoutWk):
+    def __init__(self):
+        super().__init__()
+        self.w_k, self.w_o = nn.Linear(8, 8), nn.Identity()
+
+
+@pytest.mark.parametrize(
+    ("mine", "error", "message"),
+    [
+        (object(), TypeError, "mine must be an nn.Module (your attention module), got object"),
+        (WithoutWk(), ValueError, "mine.w_k must be an nn.Linear (the module's K projection), got NoneType"),
+        (WoIdentity(), ValueError, "mine.w_o must be an nn.Linear (the module's O projection), got Identity"),
+    ],
+    ids=["not-a-module", "no-w_k", "w_o-identity"],
+)
+def test_loading_the_packages_weights_refuses_a_module_it_cannot_fill_word_for_word(mine, error, message):
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True)
+    with pytest.raises(error) as refused:
+        load_package_weights(mine, theirs)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize(("causal", "bias", "d_in"), [(False, True, 12), (True, False, 6), (True, True, 12)])
