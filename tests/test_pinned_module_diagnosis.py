@@ -19,6 +19,7 @@ import torch
 from learner_modules import causal_module, multi_head_module
 from torch import nn
 
+import mhsa_helpers as mh
 from mhsa_helpers.teaching.modules import (
     CAUSAL_CONTRACT,
     MULTI_HEAD_CONTRACT,
@@ -32,6 +33,8 @@ from mhsa_helpers.teaching.modules import (
 
 CAUSAL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("weights", 1, 4))),)
 ONE = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
+#: What notebooks 04 and 06 pass: the package's attention, which the exercise asks the learner to write.
+SHORTCUTS = ("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention")
 CAUSE = "What the checker of notebook 06, exercise 3 finds in your module (the likely cause): "
 HALF_SPLIT = "rotating pairs half-split instead of interleaved"
 HALF_SPLIT_HINT = (
@@ -263,6 +266,41 @@ def test_a_module_that_can_be_built_only_once_is_told_at_its_second_build(right)
     result = check(BuiltOnce, (ModuleSetting(8, 8, 2, bias=False, calls=(Call("full", 2, 5),)),))
     assert (result.exercise, result.status, BuiltOnce.built) == ("ex", "error", 2)
     assert result.message.startswith("[ex] BuiltOnce(8, 2, bias=False) raised RuntimeError: built twice (in __init__")
+
+
+class IgnoresDin(causal_module()):
+    """Builds its projections from d_model whatever d_in is."""
+
+    def __init__(self, d_model, num_heads, *, d_in=None, bias=True, rope_base=10000.0):
+        super().__init__(d_model, num_heads, d_in=None, bias=bias, rope_base=rope_base)
+
+
+def test_a_module_the_packages_weights_do_not_fit_is_told_which_weight_and_the_shape_it_needs():
+    result = check(IgnoresDin, (ModuleSetting(6, 8, 2, calls=(Call("full", 2, 5),)),))
+    assert (result.exercise, result.status, result.message) == (
+        "ex",
+        "incorrect",
+        "[ex] not yet: IgnoresDin(8, 2, d_in=6): mine.w_q.weight has shape (8, 8), the package's has (8, 6) "
+        "(nn.Linear(in_features=6, out_features=8)).",
+    )
+
+
+def test_a_right_module_that_calls_the_packages_attention_is_told_so_beside_correct():
+    class Delegates(causal_module()):
+        def forward(self, x, cache=None, need_weights=False):
+            mh.MultiHeadSelfAttention(x.shape[-1], 1)  # built and thrown away: the call is what is noticed
+            return super().forward(x, cache, need_weights)
+
+    result = check_module("ex", Delegates, CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)
+    assert result.correct and result.shortcuts == ("mhsa_helpers.mha.MultiHeadSelfAttention",)
+    assert result.message.endswith(
+        "on all 11 calls. Note: your module calls `mhsa_helpers.mha.MultiHeadSelfAttention`, the package's "
+        "attention that this exercise asks you to write yourself; write its forward from the steps of this notebook "
+        "to see how it works."
+    )
+    # without the shortcut, nothing is noted
+    plain = check_module("ex", causal_module(), CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)
+    assert plain.correct and plain.shortcuts == () and "Note" not in plain.message
 
 
 class ForwardWithoutCache(causal_module()):

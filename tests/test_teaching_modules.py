@@ -643,3 +643,24 @@ def test_again_runs_another_sequence_of_the_same_shape_first_through_the_same_mo
     x = torch.randn(2, 5, 8)
     assert run_call(module, x, Call("again", 2, 5)) is x
     assert len(seen) == 2 and seen[0].shape == x.shape and not torch.equal(seen[0], x) and seen[1] is x
+
+
+def test_the_contracts_cache_appends_along_the_sequence_axis_whatever_the_rank_of_what_it_holds():
+    """A module may cache its keys and values before splitting them into heads, as (batch, seq, d_model)."""
+    cache = CacheWithLengthAndAppend()
+    first, second = torch.randn(2, 3, 5), torch.randn(2, 1, 5)
+    cache.append(first, first + 1)
+    k, v = cache.append(second, second + 1)
+    assert cache.length == 4
+    torch.testing.assert_close((k, v), (torch.cat((first, second), 1), torch.cat((first, second), 1) + 1))
+
+
+def test_notebook_06s_module_is_built_as_the_notebook_calls_it_with_keywords_only_where_they_differ():
+    def recorded(*args, **kwargs):
+        return args, kwargs
+
+    assert CAUSAL_CONTRACT.build(recorded, 8, 8, 2, True, 10000.0) == ((8, 2), {})
+    assert CAUSAL_CONTRACT.build(recorded, 6, 8, 2, False, 500.0) == (
+        (8, 2),
+        {"d_in": 6, "bias": False, "rope_base": 500.0},
+    )

@@ -234,6 +234,7 @@ def copy_gqa_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.Modu
 class CacheWithLengthAndAppend:
     """The smallest cache the learner's module must work with (notebook 06's contract): ``length``, the
     number of tokens held, and ``append(k, v)``, which adds ``(batch, heads, new, d_head)`` keys and values
+    (or ``(batch, new, d_model)``, held before the split into heads: along the second-to-last axis either way)
     and returns all of them so far. Nothing else: a module that needs more fails at its own line."""
 
     def __init__(self) -> None:
@@ -1238,6 +1239,7 @@ def _check_module(
     generator = torch.Generator().manual_seed(seed)
     drawn = _drawn_settings(learner, contract)
     counted = 0
+    used: list[str] = []  # the package's functions the module calls (watched at the first given size)
     for number, setting in enumerate([*settings, *drawn]):
         if number == len(settings):  # the given sizes hold: before the drawn ones, does training reach every weight?
             module = _build(exercise, learner, contract, settings[0])
@@ -1294,6 +1296,7 @@ def _check_module(
                 output_names=call.outputs(),
                 shortcuts=shortcuts if number == 0 else (),
             )
+            used += found.shortcuts
             if not found.correct:
                 if found.status in ("incorrect", "misconception") and (found.misconception is None or found.key):
                     # A number or a form differs: before naming a step, look at how the module behaves.
@@ -1301,12 +1304,20 @@ def _check_module(
                     if seen is not None:
                         return seen
                 return _told(exercise, learner, contract, setting, found, number >= len(settings))
+    called = ", ".join(f"`{name}`" for name in dict.fromkeys(used))
     return CheckResult(
         exercise,
         "correct",
         f"[{exercise}] correct: gradients reach every weight, and with the package's weights copied in, your module "
         f"gives the package's outputs in {len(settings) + len(drawn)} module sizes ({len(settings)} given, "
-        f"{len(drawn)} drawn for your code), on all {counted} calls.",
+        f"{len(drawn)} drawn for your code), on all {counted} calls."
+        + (
+            f" Note: your module calls {called}, the package's attention that this exercise asks you to write "
+            "yourself; write its forward from the steps of this notebook to see how it works."
+            if used
+            else ""
+        ),
+        shortcuts=tuple(dict.fromkeys(used)),
     )
 
 
