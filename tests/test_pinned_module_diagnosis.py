@@ -19,7 +19,6 @@ import torch
 from learner_modules import causal_module, multi_head_module
 from torch import nn
 
-import mhsa_helpers as mh
 from mhsa_helpers.teaching.modules import (
     CAUSAL_CONTRACT,
     MULTI_HEAD_CONTRACT,
@@ -285,18 +284,18 @@ def test_a_module_the_packages_weights_do_not_fit_is_told_which_weight_and_the_s
     )
 
 
-def test_a_right_module_that_calls_the_packages_attention_is_told_so_beside_correct():
+def test_a_right_module_that_calls_a_ready_made_attention_is_told_so_beside_correct():
     class Delegates(causal_module()):
         def forward(self, x, cache=None, need_weights=False):
-            mh.MultiHeadSelfAttention(x.shape[-1], 1)  # built and thrown away: the call is what is noticed
+            nn.MultiheadAttention(x.shape[-1], 1)  # built and thrown away: the call is what is noticed
             return super().forward(x, cache, need_weights)
 
     result = check_module("ex", Delegates, CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)
-    assert result.correct and result.shortcuts == ("mhsa_helpers.mha.MultiHeadSelfAttention",)
+    assert result.correct and result.shortcuts == ("torch.nn.modules.activation.MultiheadAttention",)
     assert result.message.endswith(
-        "on all 11 calls. Note: your module calls `mhsa_helpers.mha.MultiHeadSelfAttention`, the package's "
-        "attention that this exercise asks you to write yourself; write its forward from the steps of this notebook "
-        "to see how it works."
+        "on all 11 calls. Note: your module calls `torch.nn.modules.activation.MultiheadAttention`, which does what "
+        "this exercise asks you to write yourself; write its forward from the steps of this notebook to see how it "
+        "works."
     )
     # without the shortcut, nothing is noted
     plain = check_module("ex", causal_module(), CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)

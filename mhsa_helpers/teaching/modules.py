@@ -1312,8 +1312,8 @@ def _check_module(
         f"gives the package's outputs in {len(settings) + len(drawn)} module sizes ({len(settings)} given, "
         f"{len(drawn)} drawn for your code), on all {counted} calls."
         + (
-            f" Note: your module calls {called}, the package's attention that this exercise asks you to write "
-            "yourself; write its forward from the steps of this notebook to see how it works."
+            f" Note: your module calls {called}, which does what this exercise asks you to write yourself; write "
+            "its forward from the steps of this notebook to see how it works."
             if used
             else ""
         ),
