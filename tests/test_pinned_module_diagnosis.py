@@ -291,12 +291,19 @@ def test_a_right_module_that_calls_a_ready_made_attention_is_told_so_beside_corr
             return super().forward(x, cache, need_weights)
 
     result = check_module("ex", Delegates, CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)
-    assert result.correct and result.shortcuts == ("torch.nn.modules.activation.MultiheadAttention",)
+    assert (result.exercise, result.correct) == ("ex", True)
+    assert result.shortcuts == ("torch.nn.modules.activation.MultiheadAttention",)
     assert result.message.endswith(
         "on all 11 calls. Note: your module calls `torch.nn.modules.activation.MultiheadAttention`, which does what "
         "this exercise asks you to write yourself; write its forward from the steps of this notebook to see how it "
         "works."
     )
+    # two names, in the order they were called
+    both = check_module(
+        "ex", Delegates, CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=("MultiheadAttention", "softmax")
+    )
+    assert both.shortcuts == ("torch.nn.modules.activation.MultiheadAttention", "torch.softmax")
+    assert "calls `torch.nn.modules.activation.MultiheadAttention`, `torch.softmax`, which does" in both.message
     # without the shortcut, nothing is noted
     plain = check_module("ex", causal_module(), CAUSAL_CONTRACT, ONE, seed=1, verbose=False, shortcuts=SHORTCUTS)
     assert plain.correct and plain.shortcuts == () and "Note" not in plain.message
