@@ -618,8 +618,10 @@ def test_a_module_without_a_name_of_its_own_is_described_by_the_contracts_class(
          "Mine(8, 2, d_in=12, bias=False, rope_base=500) in float64"),
         (ModuleSetting(16, 16, 4, bias=False, kv_heads=2),
          "Mine(16, 4, bias=False) holding weights whose 2 key/value heads are each shared by several query heads"),
+        (ModuleSetting(16, 16, 4, kv_heads=1),
+         "Mine(16, 4) holding weights whose one key/value head is shared by every query head"),
     ],
-    ids=["d_in", "bias", "base", "all", "grouped"],
+    ids=["d_in", "bias", "base", "all", "grouped", "one-kv-head"],
 )  # fmt: skip
 def test_a_setting_is_described_as_the_call_that_builds_it(setting, described):
     assert setting.describe(CAUSAL_CONTRACT, "Mine") == described

@@ -888,7 +888,9 @@ class ModuleSetting:
             extra += [f"rope_base={self.rope_base:g}"] if self.rope_base != 10000.0 else []
             shown = ", ".join([str(self.d_model), str(self.num_heads), *extra])
         text = f"{name if name else head}({shown})"
-        if self.kv_heads:
+        if self.kv_heads == 1:
+            text += " holding weights whose one key/value head is shared by every query head"
+        elif self.kv_heads:
             text += f" holding weights whose {self.kv_heads} key/value heads are each shared by several query heads"
         return text + (" in float64" if self.dtype == torch.float64 else "")
 
