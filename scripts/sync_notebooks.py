@@ -1,6 +1,6 @@
-"""Write into every notebook what the package defines once: the "Open in Colab" badge and the Colab set-up cell
-(mhsa_helpers.lessons.links), the time line of a lesson's first cell and the label under each exercise's heading
-(mhsa_helpers.lessons).
+"""Write into every notebook what the package defines once: the "Open in Colab" badge, the Colab set-up cell and
+a lesson's link to its solutions (mhsa_helpers.lessons.links), the time line of a lesson's first cell and the label
+under each exercise's heading (mhsa_helpers.lessons).
 
     python scripts/sync_notebooks.py           # rewrite what differs, list the notebooks changed
     python scripts/sync_notebooks.py --check   # exit 1 if a notebook differs (what the tests do)
@@ -9,7 +9,8 @@
 The badge is the line starting with "[![Open In Colab]" in the first cell; the set-up cell is the first code
 cell, which starts with "# Set-up:"; the time line is the sentence "Time: about ..." of a lesson's first cell;
 an exercise's label is the line after its heading "### Exercise N · <title>" (and a blank line), whose title
-must be the registry's. Only cell sources change, never outputs.
+must be the registry's; the link to the solutions is the one mention of "`solutions/<stem>_solutions.ipynb`" in a
+lesson's markdown, with its links. Only cell sources change, never outputs.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 import nbformat
 
 from mhsa_helpers.lessons import LESSONS, Lesson, exercise_label, time_line
-from mhsa_helpers.lessons.links import badge_markdown, setup_cell
+from mhsa_helpers.lessons.links import badge_markdown, setup_cell, solutions_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$", re.MULTILINE)
 TIME_LINE = re.compile(r"Time: about \d+ minutes to read and run, .*? minutes\)\.")
+#: "`solutions/x.ipynb`", bare or linked, with or without its Colab link: what solutions_markdown writes.
+SOLUTIONS_LINK = r"\[?`{0}`(?:\]\({0}\))?(?: \(\[open it in Colab\]\([^)\s]*\)\))?"
 EXERCISE_HEADING = re.compile(r"^### Exercise (\d+) · (.+)$")
 LABEL = re.compile(r"^\*(Predict|Debug|Build|Order) · difficulty ")
 
@@ -75,6 +78,12 @@ def synced(path: Path) -> nbformat.NotebookNode:
         if len(TIME_LINE.findall(first.source)) != 1:
             raise SystemExit(f"{path}: the first cell has no one 'Time: about ... minutes).' sentence")
         first.source = TIME_LINE.sub(time_line(item), first.source)
+        link = re.compile(SOLUTIONS_LINK.format(re.escape(f"solutions/{path.stem}_solutions.ipynb")))
+        markdown = [cell for cell in notebook.cells if cell.cell_type == "markdown"]
+        if sum(len(link.findall(cell.source)) for cell in markdown) != 1:
+            raise SystemExit(f"{path}: the markdown does not name `solutions/{path.stem}_solutions.ipynb` once")
+        for cell in markdown:
+            cell.source = link.sub(lambda _: solutions_markdown(item.notebook.as_posix()), cell.source)
     setup = next(cell for cell in notebook.cells if cell.cell_type == "code")
     if not setup.source.startswith("# Set-up:"):
         raise SystemExit(f"{path}: the first code cell is not the '# Set-up:' cell")

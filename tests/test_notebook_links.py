@@ -88,3 +88,12 @@ def test_a_failed_install_stops_with_one_line_that_says_why(monkeypatch):
     message = str(stopped.value)
     assert "could not install" in message and "pip exit 1" in message and "No matching distribution" in message
     assert "\n" not in message
+
+
+def test_a_lesson_links_its_solutions_beside_it_and_on_colab_where_the_notebook_is_alone():
+    link = links.solutions_markdown("notebooks/04_multi_head_attention.ipynb")
+    relative = "solutions/04_multi_head_attention_solutions.ipynb"
+    assert link == (
+        f"[`{relative}`]({relative}) ([open it in Colab]({links.COLAB_URL}/github/{links.REPOSITORY}/blob/"
+        f"{links.BRANCH}/notebooks/{relative}))"
+    )

@@ -1,5 +1,5 @@
 """Where the series is published, in one place: the repository, the release the notebooks install
-on Colab, the "Open in Colab" badge of every notebook and its set-up cell.
+on Colab, the "Open in Colab" badge of every notebook, its set-up cell and its link to its solutions.
 
 ``python scripts/sync_notebooks.py`` writes the badge and the set-up cell into every
 notebook from here, the website's configuration (``book/conf.py``) reads the same constants, and
@@ -23,6 +23,7 @@ __all__ = [
     "install_spec",
     "release_tag",
     "setup_cell",
+    "solutions_markdown",
 ]
 
 #: ``owner/name`` of the GitHub repository.
@@ -56,6 +57,15 @@ def colab_link(notebook: str) -> str:
 def badge_markdown(notebook: str) -> str:
     """The "Open in Colab" badge line of ``notebook``'s first cell."""
     return f"[![Open In Colab]({COLAB_BADGE})]({colab_link(notebook)})"
+
+
+def solutions_markdown(notebook: str) -> str:
+    """The link from a lesson notebook (a path from the repository root) to its solutions notebook: relative, for
+    JupyterLab, GitHub and the website, and its Colab link, since Colab opens a notebook alone, without the
+    files beside it."""
+    path = PurePosixPath(notebook)
+    relative = f"solutions/{path.stem}_solutions.ipynb"
+    return f"[`{relative}`]({relative}) ([open it in Colab]({colab_link(str(path.parent / relative))}))"
 
 
 def setup_cell() -> str:
