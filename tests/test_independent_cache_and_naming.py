@@ -184,6 +184,10 @@ def test_the_head_groups_diagram_names_the_kind_of_the_definitions(num_heads, nu
     kind. The same one-head fault there would title one lone head "multi-query attention"."""
     title = head_groups_diagram(num_heads=num_heads, num_kv_heads=num_kv_heads).axes[0].get_title()
     assert title.startswith(f"{WORDS[kind]} attention:"), title
+    # and counts in words: "1 query head", "8 query heads"
+    heads = f"{num_heads} query head{'s' if num_heads > 1 else ''}"
+    kv = f"{num_kv_heads} key/value head{'s' if num_kv_heads > 1 else ''}"
+    assert title.endswith(f": {heads}, {kv}"), title
 
 
 @pytest.mark.parametrize(("num_heads", "num_kv_heads", "kind"), KINDS)

@@ -64,7 +64,7 @@ def head_groups_diagram(num_heads: int = 8, num_kv_heads: int = 2) -> Figure:
     canvas = Canvas(
         width=width,
         height=7.2,
-        title=f"{kind} attention: {num_heads} query heads, {num_kv_heads} "
+        title=f"{kind} attention: {num_heads} query head{'s' if num_heads > 1 else ''}, {num_kv_heads} "
         f"key/value head{'s' if num_kv_heads > 1 else ''}",
         scale=0.42,
     )
