@@ -103,10 +103,16 @@ def test_scores_heatmap_shares_a_limit_and_greys_masked_scores():
         figures.scores_heatmap(first, limit=0.0)
 
 
-def luminance(rgba):
-    """WCAG relative luminance of an sRGB colour: 0 is black, 1 white."""
-    r, g, b = ((c / 12.92) if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+luminance = figures.relative_luminance
+
+
+def test_relative_luminance_is_wcags():
+    # WCAG 2's definition: black 0, white 1, each primary its coefficient, and sRGB's mid grey
+    # (0.5 encoded) 0.214 after linearising; the threshold 0.179 is where black and white text contrast equally.
+    assert luminance((0.0, 0.0, 0.0, 1.0)) == 0.0 and luminance((1.0, 1.0, 1.0, 1.0)) == pytest.approx(1.0)
+    assert [luminance(c) for c in ((1, 0, 0), (0, 1, 0), (0, 0, 1))] == [0.2126, 0.7152, 0.0722]
+    assert luminance((0.5, 0.5, 0.5)) == pytest.approx(0.2140, abs=1e-4)
+    assert pytest.approx((0.179 + 0.05) / 0.05, rel=0.01) == (1.0 + 0.05) / (0.179 + 0.05)
 
 
 def test_scores_heatmap_draws_one_signed_scores_on_a_sequential_scale_from_the_extreme_to_zero():

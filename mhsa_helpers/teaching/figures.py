@@ -46,6 +46,7 @@ __all__ = [
     "head_grid",
     "mask_heatmap",
     "new_axes",
+    "relative_luminance",
     "scores_heatmap",
     "symmetric_limit",
 ]
@@ -248,7 +249,7 @@ class Heatmap:
             text.set_text("−∞" if value == -np.inf else self.fmt.format(value))
             if self.text_by_luminance:
                 colour = self.image.cmap(self.image.norm(value))
-                text.set_color("white" if bool(np.isfinite(value)) and _luminance(colour) < 0.179 else "black")
+                text.set_color("white" if bool(np.isfinite(value)) and relative_luminance(colour) < 0.179 else "black")
                 continue
             # White text on the dark part of the colormap (both ends of a diverging one), black elsewhere.
             strength = abs(value) / max(-low, high) if diverging else (value - low) / span
@@ -256,8 +257,9 @@ class Heatmap:
             text.set_color("white" if dark else "black")
 
 
-def _luminance(rgba) -> float:
-    """The relative luminance of an sRGB colour (WCAG): below 0.179, white text reads better than black."""
+def relative_luminance(rgba) -> float:
+    """The relative luminance of an sRGB colour (WCAG 2): 0 for black, 1 for white; below 0.179, white
+    text reads better on it than black."""
     linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 

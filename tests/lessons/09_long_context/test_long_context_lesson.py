@@ -28,6 +28,7 @@ from mhsa_helpers.lessons.long_context.diagrams import streaming_cache_diagram
 from mhsa_helpers.lessons.long_context.explorer import ORIGINAL_LENGTHS
 from mhsa_helpers.long_context import RopeScaling, alibi_bias, alibi_slopes, rope_wavelengths, sliding_window_mask
 from mhsa_helpers.rope import scaled_rope_frequencies
+from mhsa_helpers.teaching.figures import relative_luminance as luminance
 
 NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "09_long_context.ipynb"
 
@@ -180,9 +181,3 @@ def test_the_notebooks_alibi_figure_is_one_sequential_scale_from_the_largest_pen
         assert diagonal - furthest > 0.25
     finally:
         plt.close("all")
-
-
-def luminance(rgba) -> float:
-    """WCAG relative luminance of an sRGB colour: 0 is black, 1 white."""
-    r, g, b = ((c / 12.92) if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
