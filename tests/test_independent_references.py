@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from learner_modules import attention_ok, merge, split
 
-from mhsa_helpers import SlidingWindowCache
+from mhsa_helpers import MultiHeadSelfAttention, SlidingWindowCache
 from mhsa_helpers.block import RMSNorm, TransformerBlock
 from mhsa_helpers.kv_cache_memory import ModelConfig, kv_cache_variants
 
@@ -121,6 +121,22 @@ def test_rms_norm_casts_back_to_the_input_dtype_before_the_weight():
 # ---------------------------------------------------------------- SlidingWindowCache.mask_for, from the definition
 
 
+def _visible(query: int, key: int, window: int, sinks: int) -> bool:
+    """StreamingLLM's rule (Xiao et al., 2023) with a window: the query at stream position ``query``
+    sees the key at ``key`` iff the key is not later than the query, and it is a sink (one of the
+    first ``sinks`` tokens) or one of the ``window`` tokens ending at the query."""
+    if key > query:
+        return False  # never a later key, not even a sink
+    return key < sinks or query - window < key
+
+
+def _feed(cache: SlidingWindowCache, start: int, count: int) -> None:
+    """Append ``count`` tokens at stream positions ``start ..``; each key row holds its own position,
+    so what the cache keeps can be read back from the keys themselves."""
+    keys = torch.arange(start, start + count, dtype=F64)[None, :, None]  # (heads=1, count, d=1)
+    cache.append(keys, -keys)
+
+
 @pytest.mark.parametrize(
     ("window", "sinks", "steps"),
     [
@@ -130,6 +146,14 @@ def test_rms_norm_casts_back_to_the_input_dtype_before_the_weight():
         (1, 2, [4, 1, 2]),  # window 1: a token sees itself and the sinks only
         (3, 4, [6, 2, 5]),  # more sinks than window
         (5, 0, [3, 4, 1]),  # no sinks at all
+        (3, 4, [3]),  # empty cache, 4 sinks, 3 new: the first tokens come before the sinks are complete
+        (3, 4, [2, 3]),  # sinks 0, 1 held; 2 and 3 are new sinks, and query 2 must not see sink 3
+        (2, 3, [1, 1, 4]),  # decoded one at a time, then a step that completes the sinks and passes them
+        (2, 2, [6, 3]),  # the middle evicted: held 0, 1 (sinks) and 5
+        (4, 1, [3, 1, 1, 1, 1, 1, 1, 1]),  # one token at a time, long past the window
+        (1, 3, [5, 4]),  # window 1 with more sinks than the first step
+        (5, 0, [4, 3, 6]),  # more new tokens than the window, so the last ones see no held key
+        (3, 2, [9, 5]),  # more new tokens than the cache holds
     ],
 )
 def test_sliding_window_cache_mask_is_the_definition(window, sinks, steps):
@@ -145,14 +169,83 @@ def test_sliding_window_cache_mask_is_the_definition(window, sinks, steps):
     for new in steps:
         held = [] if cache.keys is None else [int(p) for p in cache.keys[0, :, 0].tolist()]
         # What the next query may attend to is exactly what is held: the sinks and the last window - 1.
-        assert held == [k for k in range(seen) if k < sinks or seen - k < window]
+        assert held == [k for k in range(seen) if _visible(seen, k, window, sinks)]
+        assert cache.length == seen
         queries = range(seen, seen + new)
         columns = held + list(queries)
-        expected = [[k <= p and (p - k < window or k < sinks) for k in columns] for p in queries]
-        assert cache.mask_for(new).tolist() == expected, (window, sinks, seen, new)
-        keys = torch.arange(seen, seen + new, dtype=F64)[None, :, None]  # (heads=1, new, d=1): row p holds p
-        cache.append(keys, -keys)
+        expected = [[_visible(p, k, window, sinks) for k in columns] for p in queries]
+        mask = cache.mask_for(new)
+        assert mask.dtype == torch.bool
+        assert mask.tolist() == expected, (window, sinks, seen, new)
+        _feed(cache, seen, new)
         seen += new
+
+
+def test_the_first_tokens_do_not_see_the_sinks_that_come_after_them():
+    """The case a causal module hides: an empty cache with 4 sinks and a step of 3 tokens. Every
+    new token is a sink, and each may see only the sinks up to itself: a lower triangle, written
+    out. A mask that lets any query see every sink would fill the whole (3, 3) block."""
+    mask = SlidingWindowCache(window=2, sinks=4).mask_for(3)
+    assert mask.tolist() == [
+        [True, False, False],
+        [True, True, False],
+        [True, True, True],
+    ]
+
+
+def test_a_step_that_completes_the_sinks_sees_no_later_sink():
+    """Two tokens held (both sinks of 4), then 4 new tokens at positions 2..5 with window 2: the
+    new sinks 2 and 3 are hidden from the queries before them; query 5 sees the sinks 0..3 and
+    itself, and query 4 the sinks 0..3 and itself (3 is a sink and inside its window anyway)."""
+    cache = SlidingWindowCache(window=2, sinks=4)
+    _feed(cache, 0, 2)
+    #            keys:  0     1      2      3      4      5
+    assert cache.mask_for(4).tolist() == [
+        [True, True, True, False, False, False],  # query 2
+        [True, True, True, True, False, False],  # query 3
+        [True, True, True, True, True, False],  # query 4
+        [True, True, True, True, True, True],  # query 5
+    ]
+
+
+def _reference_step(module, x, start, count, window, sinks):
+    """The outputs of tokens ``start .. start + count - 1`` of ``x`` (batch, seq, d_model), attention
+    written out per query and per head over the full stream: softmax(q K^T / sqrt(d_head)) V over
+    the keys ``_visible`` says, each key and value recomputed from its token, then W_O."""
+    d_head = module.d_head
+    b_q, b_k, b_v = module.qkv_proj.bias.chunk(3)
+    q = x @ module.q_weight.T + b_q
+    k = x @ module.k_weight.T + b_k
+    v = x @ module.v_weight.T + b_v
+    rows = []
+    for p in range(start, start + count):
+        keys = [j for j in range(x.shape[1]) if _visible(p, j, window, sinks)]
+        heads = []
+        for h in range(module.num_heads):
+            cols = slice(h * d_head, (h + 1) * d_head)
+            # (batch, 1, d_head) @ (batch, d_head, n_keys) -> (batch, 1, n_keys)
+            scores = q[:, p : p + 1, cols] @ k[:, keys, cols].transpose(-2, -1) / math.sqrt(d_head)
+            heads.append(torch.softmax(scores, -1) @ v[:, keys, cols])  # (batch, 1, d_head)
+        rows.append(torch.cat(heads, -1))
+    return module.out_proj(torch.cat(rows, 1))
+
+
+@pytest.mark.parametrize(("window", "sinks", "steps"), [(3, 4, [3, 2, 1, 4]), (2, 1, [4, 1, 3]), (4, 0, [2, 5, 1])])
+def test_decoding_with_the_mask_alone_matches_attention_over_the_visible_keys(window, sinks, steps):
+    """The mask is all that tells a non-causal module what a step may see: decoding in steps with
+    ``mask=cache.mask_for(new)`` must give, token for token, attention over exactly the keys of
+    the definition. With ``causal=True`` a later sink would be hidden by the causal mask; here a
+    mask that shows it changes the outputs of the first tokens."""
+    torch.manual_seed(0)
+    module = MultiHeadSelfAttention(8, 2, causal=False, dtype=F64).eval()
+    x = torch.randn(2, sum(steps), 8, dtype=F64)
+    cache, seen = SlidingWindowCache(window, sinks), 0
+    with torch.no_grad():
+        for new in steps:
+            out = module(x[:, seen : seen + new], mask=cache.mask_for(new), cache=cache)
+            expected = _reference_step(module, x, seen, new, window, sinks)
+            torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12, msg=f"tokens {seen}..{seen + new - 1}")
+            seen += new
 
 
 # ---------------------------------------------------------------- ModelConfig.attention, from the definition
@@ -168,7 +261,8 @@ def _kind(num_heads, num_kv_heads):
 
 
 @pytest.mark.parametrize(
-    ("num_heads", "num_kv_heads"), [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 2), (12, 3), (32, 8)]
+    ("num_heads", "num_kv_heads"),
+    [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8), (12, 3), (32, 8)],
 )
 def test_model_config_attention_is_the_group_size(num_heads, num_kv_heads):
     """Kills an ``attention`` that asks ``num_kv_heads == 1`` first and calls a one-head model "MQA".
@@ -200,19 +294,6 @@ def test_a_one_head_model_is_mha_and_its_three_variants_cost_the_same():
 # ---------------------------------------------------------------- the block via torch's attention; its MLP alone
 
 
-def _rotate_pairs(t, base=10000.0):
-    """RoPE (Su et al., 2021), interleaved pairs: (t[2i], t[2i+1]) at position m turned by m * base^(-2i/d_head).
-
-    The angles are computed in float64 and their cos and sin rounded to float32, because the module
-    keeps its table in float32 whatever the model's dtype (rope.py); the rotation is in t's dtype."""
-    seq, d_head = t.shape[-2], t.shape[-1]
-    theta = base ** (-torch.arange(0, d_head, 2, dtype=F64) / d_head)
-    angles = torch.arange(seq, dtype=F64)[:, None] * theta  # (seq, d_head // 2)
-    cos, sin = angles.cos().float().to(t.dtype), angles.sin().float().to(t.dtype)
-    a, b = t[..., 0::2], t[..., 1::2]
-    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
-
-
 def _attention(h, params, num_heads, *, causal, rope):
     """Multi-head self-attention from the block's parameters: one projection whose rows are
     [W_Q; W_K; W_V], heads split as (batch, heads, seq, d_head), RoPE on Q and K, scaled dot-product
@@ -221,7 +302,7 @@ def _attention(h, params, num_heads, *, causal, rope):
     qkv = h @ params["attn.qkv_proj.weight"].T + params["attn.qkv_proj.bias"]
     q, k, v = (t.reshape(batch, seq, num_heads, d_model // num_heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
     if rope:
-        q, k = _rotate_pairs(q), _rotate_pairs(k)
+        q, k = _rope(q), _rope(k)
     heads = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     merged = heads.transpose(1, 2).reshape(batch, seq, d_model)
     return merged @ params["attn.out_proj.weight"].T + params["attn.out_proj.bias"]
@@ -242,9 +323,6 @@ def _random_block(d_model, num_heads, **kwargs):
         for param in block.parameters():
             param.copy_(torch.randn_like(param) * 0.5)
     return block
-
-
-# ---------------------------------------------------------------- TransformerBlock
 
 
 def test_gelu_helper_gives_the_published_value_at_minus_one():

@@ -70,3 +70,49 @@ def test_diagrams_draw_the_tiles_and_the_groups():
     assert [t for t in texts if t.startswith("kv")] == ["kv0", "kv1"]
     with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
         head_groups_diagram(num_heads=8, num_kv_heads=3)
+
+
+# ---------------------------------------------------------------- the kinds named as their papers define them
+
+# (query heads, key/value heads, kind). Shazeer (2019), "Fast Transformer Decoding: One Write-Head is
+# All You Need": multi-query attention has many query heads that share a single key/value head.
+# Ainslie et al. (2023), "GQA": grouped-query attention divides the query heads into groups, one
+# key/value head per group, "interpolating" between multi-query (one group) and multi-head (as
+# many groups as heads). One query head with its one key/value head shares nothing with anyone: it
+# is plain single-head attention, which is multi-head attention with h = 1 (Vaswani et al., 2017),
+# never MQA, whatever ``num_kv_heads == 1`` would suggest.
+KINDS = [
+    (1, 1, "MHA"),
+    (8, 1, "MQA"),
+    (8, 2, "GQA"),
+    (8, 4, "GQA"),
+    (8, 8, "MHA"),
+    (2, 1, "MQA"),  # the smallest MQA: two query heads, one shared key/value head
+    (2, 2, "MHA"),
+]
+WORDS = {"MHA": "multi-head", "MQA": "multi-query", "GQA": "grouped-query"}
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "kind"), KINDS)
+def test_the_head_groups_diagram_names_the_kind_of_the_definitions(num_heads, num_kv_heads, kind):
+    """Notebook 08's picture of which query heads read which key/value head: its title names the
+    kind. The same one-head fault there would title one lone head "multi-query attention"."""
+    title = head_groups_diagram(num_heads=num_heads, num_kv_heads=num_kv_heads).axes[0].get_title()
+    assert title.startswith(f"{WORDS[kind]} attention:"), title
+    # and counts in words: "1 query head", "8 query heads"
+    heads = f"{num_heads} query head{'s' if num_heads > 1 else ''}"
+    kv = f"{num_kv_heads} key/value head{'s' if num_kv_heads > 1 else ''}"
+    assert title.endswith(f": {heads}, {kv}"), title
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "kind"), KINDS)
+def test_the_kv_heads_explorer_names_the_kind_of_the_definitions(num_heads, num_kv_heads, kind):
+    """Notebook 08's explorer of the same picture: its caption names the kind, and says how many
+    query heads read each key/value head (1 for MHA, all of them for MQA)."""
+    explorer = kv_heads_explorer(num_heads=num_heads, num_kv_heads=num_kv_heads)
+    try:
+        caption = explorer.data["caption"]
+    finally:
+        explorer.close()
+    assert caption.startswith(f"{WORDS[kind]} attention:"), caption
+    assert f"each read by {num_heads // num_kv_heads} query head(s)" in caption
