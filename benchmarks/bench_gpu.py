@@ -24,26 +24,28 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import time
 import warnings
 
 os.environ["TQDM_DISABLE"] = "1"  # transformers' GGUF reader draws a progress bar per tensor (read at import)
 
 import torch
-from bench_real_model import load_transformers  # this folder is on sys.path when run as a file
+from bench_real_model import load_transformers, timed  # this folder is on sys.path when run as a file
 
 from mhsa_helpers.real_model import generate, load_smollm2
 
 
 def synchronised_seconds(function, device: torch.device) -> tuple[object, float]:
-    """``function()``'s result and its wall time, the device's queue drained before and after."""
+    """``function()``'s result and its wall time (``timed``), the device's queue drained before and after."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    result = function()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return result, time.perf_counter() - start
+
+    def drained():
+        result = function()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return result
+
+    return timed(drained)
 
 
 def count_synchronisations(function) -> tuple[int, collections.Counter]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import io
-import json
 import math
 import re
 import tokenize
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from notebook_cells import cells, source
 
 from mhsa_helpers.lessons import LESSONS
 
@@ -64,8 +64,8 @@ def exercise_sections(path: Path) -> dict[str, Section]:
     """Every ``### Exercise N · ...`` of a notebook, from its heading to the next heading of any level."""
     sections: dict[str, Section] = {}
     current: Section | None = None
-    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-        text = "".join(cell["source"])
+    for cell in cells(path):
+        text = source(cell)
         if cell["cell_type"] == "code":
             if current is not None:
                 current.code.append(text)
