@@ -273,6 +273,18 @@ def ablation_prediction():
     return torch.tensor([True, True, False, False])
 
 
+def recipe_order():
+    return ["B", "G", "D", "F", "A", "H", "C", "E"]
+
+
+def decoding_order():
+    return ["D", "F", "H", "B", "A", "E", "G", "C"]
+
+
+def online_order():
+    return ["C", "F", "D", "A", "E", "B"]
+
+
 RIGHT = {
     "check_uniform_prediction": uniform_prediction,
     "check_weights_debug": attention_weights,
@@ -285,6 +297,7 @@ RIGHT = {
     "check_cached_causal_mask": cached_causal_mask,
     "check_causal_attention": causal_attention,
     "check_split_heads": split_heads,
+    "check_recipe_order": recipe_order,
     "check_multi_head_attention": multi_head_attention,
     "check_my_multi_head_attention": MyMultiHeadAttention,
     "check_parameter_prediction": parameter_prediction,
@@ -292,12 +305,14 @@ RIGHT = {
     "check_rope_attention": rope_attention,
     "check_score_prediction": score_prediction,
     "check_mask_prediction": mask_prediction,
+    "check_decoding_order": decoding_order,
     "check_attend_with_cache": attend_with_cache,
     "check_my_causal_self_attention": MyCausalSelfAttention,
     "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
     "check_ablate_head": ablate_head,
+    "check_online_order": online_order,
     "check_online_update": online_update,
     "check_online_attention": online_attention,
     "check_expand_kv": expand_kv,
@@ -326,12 +341,14 @@ NUMBER_PREDICTIONS = (
     "check_score_prediction",
     "check_mask_prediction",
 )
+#: The checkers of an ordering exercise: the learner's function takes nothing and returns a list of labels.
+ORDERS = tuple(e.checker.__name__ for lesson in LESSONS for e in lesson.exercises if e.kind == "order")
 #: The checkers whose answer is one tensor (not several outputs, not a number).
 ONE_TENSOR = [
     n
     for n in NAMES
     if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_attention_head", *MODULES)
-    and n not in NUMBER_PREDICTIONS
+    and n not in NUMBER_PREDICTIONS + ORDERS
 ]
 #: The checkers that pass the learner at least one tensor (or a module holding tensors).
 TAKES_TENSORS = [
@@ -347,13 +364,14 @@ TAKES_TENSORS = [
         "check_alibi_bias",
         "check_ntk_frequencies",
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
+        *ORDERS,
         *MODULES,
     )
 ]
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 37
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 40 and len(ORDERS) == 3
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -34,7 +34,7 @@ CAUSAL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("weights", 1, 4
 ONE = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
 #: What notebooks 04 and 06 pass: the package's attention, which the exercise asks the learner to write.
 SHORTCUTS = ("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention")
-CAUSE = "What the checker of notebook 06, exercise 3 finds in your module (the likely cause): "
+CAUSE = "What the checker of notebook 06, exercise 4 finds in your module (the likely cause): "
 HALF_SPLIT = "rotating pairs half-split instead of interleaved"
 HALF_SPLIT_HINT = (
     "Notebook 05's RoPE (and this contract) pairs neighbouring features (x[2i], x[2i+1]); half-split pairs "

@@ -27,7 +27,7 @@ from mhsa_helpers.teaching.modules import (
 
 ONE = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
 CAUSAL = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5), Call("weights", 1, 4))),)
-EXERCISE = "notebook 06, exercise 3"
+EXERCISE = "notebook 06, exercise 4"
 
 
 def check_04(learner):

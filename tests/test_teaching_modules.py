@@ -550,7 +550,7 @@ def test_a_failed_payoff_claim_prints_its_cause_in_one_line(slips, cause, capsys
     with pytest.raises(ClaimError), explained(causal_module(**slips)):
         claim("your model's logits equal the package's", False)
     printed = capsys.readouterr().out.strip()
-    assert len(printed.splitlines()) == 1 and cause in printed and "notebook 06, exercise 3" in printed
+    assert len(printed.splitlines()) == 1 and cause in printed and "notebook 06, exercise 4" in printed
 
 
 def test_a_right_module_gets_no_cause_and_a_passing_block_prints_nothing(capsys):
@@ -562,7 +562,7 @@ def test_a_right_module_gets_no_cause_and_a_passing_block_prints_nothing(capsys)
 
 def test_explain_does_not_count_as_an_attempt():
     explain(causal_module(half_split=True))
-    assert feedback.wrong_tries("notebook 06, exercise 3") == 0
+    assert feedback.wrong_tries("notebook 06, exercise 4") == 0
 
 
 @pytest.mark.parametrize(

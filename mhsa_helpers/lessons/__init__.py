@@ -224,6 +224,7 @@ LESSONS: tuple[Lesson, ...] = (
         "heads_explorer",
         exercises=(
             Exercise("Split into heads", "build", 1, multi_head_attention.check_split_heads),
+            Exercise("Order the multi-head recipe", "order", 2, multi_head_attention.check_recipe_order),
             Exercise("Predict the size of your module", "predict", 1, multi_head_attention.check_parameter_prediction),
             Exercise("Find the bug", "debug", 2, multi_head_attention.check_multi_head_attention),
             Exercise(
@@ -261,6 +262,7 @@ LESSONS: tuple[Lesson, ...] = (
         "mhsa_explorer",
         exercises=(
             Exercise("Predict the mask", "predict", 1, causal_mhsa_with_rope.check_mask_prediction),
+            Exercise("Order a cached decoding step", "order", 2, causal_mhsa_with_rope.check_decoding_order),
             Exercise("Find the bug", "debug", 3, causal_mhsa_with_rope.check_attend_with_cache),
             Exercise(
                 "Your own causal self-attention with RoPE and a cache",
@@ -307,6 +309,7 @@ LESSONS: tuple[Lesson, ...] = (
         attention_at_scale,
         "tiles_explorer",
         exercises=(
+            Exercise("Order the online-softmax update", "order", 1, attention_at_scale.check_online_order),
             Exercise("One online-softmax step", "build", 2, attention_at_scale.check_online_update),
             Exercise("Attention, tile by tile", "build", 2, attention_at_scale.check_online_attention),
             Exercise("Expanding key/value heads", "build", 1, attention_at_scale.check_expand_kv),

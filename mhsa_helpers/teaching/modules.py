@@ -1431,7 +1431,7 @@ def module_is_written(attention: object, name: str = "MyCausalSelfAttention") ->
 
 @contextmanager
 def explained(
-    learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = "notebook 06, exercise 3"
+    learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = "notebook 06, exercise 4"
 ) -> Iterator[None]:
     """Run a payoff cell's block; when something in it fails (a claim about the learner's model, or an error
     in the learner's module), print in one line what :func:`explain` finds wrong in the module, then let the
@@ -1445,7 +1445,7 @@ def explained(
         raise
 
 
-def explain(learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = "notebook 06, exercise 3") -> str:
+def explain(learner: Any, contract: Contract = CAUSAL_CONTRACT, exercise: str = "notebook 06, exercise 4") -> str:
     """One line on what is wrong with the module ``learner`` builds, for a payoff cell whose claim failed: the
     checker of ``exercise`` run on it (on :data:`CAUSAL_SETTINGS`), its mistake named at once; "" when that
     checker finds nothing wrong."""

@@ -29,6 +29,8 @@ from lab import api, free_port, lab_environment, running_lab, start_lab, stop_la
 from mhsa_helpers.lessons import LESSONS
 
 FIXTURE = Path(__file__).with_name("explorers_fixture.ipynb")
+#: Every ordering exercise, arranged with the keyboard and the mouse by the last test.
+ORDERING_FIXTURE = Path(__file__).with_name("ordering_fixture.ipynb")
 #: The fixture's last cell shows every registered explorer after the two it drives.
 REGISTERED = [lesson.explorer.__name__ for lesson in LESSONS if lesson.explorer is not None]
 RENDER_TIMEOUT_MS = 60_000
@@ -43,6 +45,7 @@ def lab_server(tmp_path_factory):
     root = base / "root"
     root.mkdir()
     shutil.copy(FIXTURE, root / FIXTURE.name)
+    shutil.copy(ORDERING_FIXTURE, root / ORDERING_FIXTURE.name)
     token = secrets.token_hex(24)
     with running_lab(root, base, token) as (url, log_path):
         yield url, token, log_path
@@ -148,10 +151,9 @@ def drag_to_fraction(page, control: str, fraction: float) -> None:
 # ------------------------------------------------------------------ the test
 
 
-def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
-    url, token, log_path = lab_server
-    errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def open_and_run(page, url: str, token: str, name: str, errors: list[str]) -> None:
+    """Open notebook ``name`` in JupyterLab with bounded waits, record console and page errors in ``errors``, and
+    start running every cell."""
     # Bounds every locator action and navigation (page.evaluate has none: it is only given
     # expressions that return at once).
     page.set_default_timeout(RENDER_TIMEOUT_MS)
@@ -159,22 +161,27 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
     # No allow-list: any console error or uncaught page error fails the test.
     page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.goto(f"{url}/lab/tree/{name}?token={token}", wait_until="domcontentloaded", timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_selector(".jp-Notebook", timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        " && window.jupyterapp.shell.currentWidget.sessionContext"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.connectionStatus === 'connected'",
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    # Start "Run All Cells" without returning its promise: evaluate would wait for it with
+    # no timeout, so a hung cell would hang the test; the bounded waits below notice it.
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+
+def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
+    url, token, log_path = lab_server
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(
-            f"{url}/lab/tree/{FIXTURE.name}?token={token}", wait_until="domcontentloaded", timeout=RENDER_TIMEOUT_MS
-        )
-        page.wait_for_selector(".jp-Notebook", timeout=RENDER_TIMEOUT_MS)
-        page.wait_for_function(
-            "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-            " && window.jupyterapp.shell.currentWidget.sessionContext"
-            " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.connectionStatus === 'connected'",
-            timeout=RENDER_TIMEOUT_MS,
-        )
-        # Start "Run All Cells" without returning its promise: evaluate would wait for it with
-        # no timeout, so a hung cell would hang the test; the bounded waits below notice it.
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        open_and_run(page, url, token, FIXTURE.name, errors)
         first = wait_caption(page, r"^2 heads, seq 6 ")
         page.wait_for_selector(".mhsa-explorer >> nth=1", timeout=RENDER_TIMEOUT_MS)
         wait_caption(page, r"^seq 6 · causal mask · neg_inf", explorer_index=1)
@@ -217,3 +224,103 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
     kernel_errors = [line for line in server_log.splitlines() if "Traceback" in line]
     assert not kernel_errors, server_log[-3000:]
     assert not errors, "browser console errors:\n" + "\n".join(errors)
+
+
+# ------------------------------------------------------------------ the ordering exercises
+
+ORDER = ".mhsa-order-exercise"
+
+
+def shown_order(exercise) -> list[str]:
+    """The labels in the order the rows show them (each row reads "B   q, k, v = ...")."""
+    return [text.strip()[0] for text in exercise.locator(".mhsa-order-line").all_inner_texts()]
+
+
+def wait_order(page, index: int, order: list[str]) -> None:
+    """Wait until exercise ``index``'s "Your order" line, which the kernel writes after a move, shows ``order``."""
+    page.wait_for_function(
+        "([sel, i, text]) => { const el = document.querySelectorAll(sel)[i];"
+        " return !!el && el.innerText.includes(text); }",
+        arg=[f"{ORDER} .mhsa-order-answer", index, repr(order)],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+
+
+def wait_feedback(page, index: int, start: str) -> str:
+    page.wait_for_function(
+        "([sel, i, start]) => { const el = document.querySelectorAll(sel)[i];"
+        " return !!el && el.innerText.startsWith(start); }",
+        arg=[f"{ORDER} .mhsa-order-feedback", index, start],
+        timeout=RENDER_TIMEOUT_MS,
+    )
+    return page.locator(f"{ORDER} .mhsa-order-feedback").nth(index).inner_text()
+
+
+def arrange_with_the_keyboard(page, index: int, target: list[str]) -> None:
+    """Put exercise ``index``'s lines in ``target`` order with keys only: focus the "↑" of the line's row, Enter;
+    the line is now one row up, whose "↑" is two Shift+Tabs back (its "↓", then its "↑"); Enter again."""
+    exercise = page.locator(ORDER).nth(index)
+    for place, label in enumerate(target):
+        order = shown_order(exercise)
+        row = order.index(label)
+        if row == place:
+            continue
+        exercise.locator(".mhsa-order-row").nth(row).get_by_role("button", name="↑").focus()
+        for step in range(row - place):
+            if step:
+                page.keyboard.press("Shift+Tab")
+                page.keyboard.press("Shift+Tab")
+            order.insert(row - step - 1, order.pop(row - step))
+            page.keyboard.press("Enter")
+            wait_order(page, index, order)
+    assert shown_order(exercise) == target
+
+
+def test_ordering_exercises_are_arranged_and_checked_with_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
+    """Each ordering exercise: checked as shown (wrong), then arranged into a right order with the keyboard alone
+    and checked with Enter; one line is moved by the mouse, and the hint asked for by a click."""
+    from mhsa_helpers.lessons.attention_at_scale.exercises import ONLINE_ORDER_PUZZLE
+    from mhsa_helpers.lessons.causal_mhsa_with_rope.exercises import DECODING_PUZZLE
+    from mhsa_helpers.lessons.multi_head_attention.exercises import RECIPE_PUZZLE
+
+    url, token, log_path = lab_server
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        open_and_run(page, url, token, ORDERING_FIXTURE.name, errors)
+        page.wait_for_selector(f"{ORDER} >> nth=2", timeout=RENDER_TIMEOUT_MS)
+        for index, puzzle in enumerate((ONLINE_ORDER_PUZZLE, RECIPE_PUZZLE, DECODING_PUZZLE)):
+            exercise = page.locator(ORDER).nth(index)
+            assert shown_order(exercise) == list(puzzle.lines)
+            # The mouse: click the check button on the shuffled order, then the hint.
+            exercise.get_by_role("button", name="Check").click()
+            assert "not yet" in wait_feedback(page, index, f"[{puzzle.exercise}] not yet")
+            arrange_with_the_keyboard(page, index, list(puzzle.solution))
+            exercise.get_by_role("button", name="Check").focus()
+            page.keyboard.press("Enter")
+            assert "recipe's result on all 3 inputs" in wait_feedback(page, index, f"[{puzzle.exercise}] correct")
+        # The mouse moves a line: the online update's last line (the maximum moves on) to the second place, before
+        # the rescale. The shuffled order checked first had the same mis-ordering, so it is named at once; the
+        # Reveal button shows its fix.
+        exercise = page.locator(ORDER).nth(0)
+        for moves in range(1, 5):
+            exercise.locator(".mhsa-order-row").nth(6 - moves).get_by_role("button", name="↑").click()
+            wait_order(page, 0, _moved_up(moves))
+        exercise.get_by_role("button", name="Check").click()
+        named = wait_feedback(page, 0, "[online_order] not yet: this is 'the maximum moves before the rescale'")
+        assert "line B (`running_max = new_max`) comes before line F" in named
+        exercise.get_by_role("button", name="Reveal").click()
+        wait_feedback(page, 0, "[online_order] the fix for 'the maximum moves before the rescale': Compute")
+        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+    finally:
+        page.close()
+        server_log = log_path.read_text()
+    kernel_errors = [line for line in server_log.splitlines() if "Traceback" in line]
+    assert not kernel_errors, server_log[-3000:]
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+
+
+def _moved_up(places: int) -> list[str]:
+    """The online update's solution with its last line, B, moved up ``places`` places."""
+    order = ["C", "F", "D", "A", "E"]
+    return [*order[: 5 - places], "B", *order[5 - places :]]

@@ -4,7 +4,14 @@
 :class:`~mhsa_helpers.MultiHeadSelfAttention` and ``KVCache(capacity=...)``."""
 
 from .diagrams import head_groups_diagram, tiles_diagram
-from .exercises import check_expand_kv, check_kv_cache_bytes, check_online_attention, check_online_update
+from .exercises import (
+    check_expand_kv,
+    check_kv_cache_bytes,
+    check_online_attention,
+    check_online_order,
+    check_online_update,
+    online_order_exercise,
+)
 from .explorer import cache_explorer, kv_heads_explorer, tiles_explorer
 
 __all__ = [
@@ -12,9 +19,11 @@ __all__ = [
     "check_expand_kv",
     "check_kv_cache_bytes",
     "check_online_attention",
+    "check_online_order",
     "check_online_update",
     "head_groups_diagram",
     "kv_heads_explorer",
+    "online_order_exercise",
     "tiles_diagram",
     "tiles_explorer",
 ]

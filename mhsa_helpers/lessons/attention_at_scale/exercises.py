@@ -18,9 +18,18 @@ import torch
 from ...heads import repeat_kv
 from ...kv_cache_memory import kv_cache_bytes
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
 from ...tiled_attention import OnlineSoftmaxState, online_softmax_update
 
-__all__ = ["check_expand_kv", "check_kv_cache_bytes", "check_online_attention", "check_online_update"]
+__all__ = [
+    "ONLINE_ORDER_PUZZLE",
+    "check_expand_kv",
+    "check_kv_cache_bytes",
+    "check_online_attention",
+    "check_online_order",
+    "check_online_update",
+    "online_order_exercise",
+]
 
 
 def _integer(generator: torch.Generator, low: int, high: int) -> int:
@@ -462,3 +471,67 @@ def check_kv_cache_bytes(learner: Callable[..., Any], *, verbose: bool = True) -
         draw=_draw_bytes,
         verbose=verbose,
     )
+
+
+# ---------------------------------------------------------------- the online-softmax update, in order
+
+
+def _online_order_inputs(generator: torch.Generator) -> dict[str, object]:
+    """Three queries' scores over 9 keys that grow from tile to tile (so the running maximum moves), read in
+    tiles of 3; values of size 2; float64."""
+    return {
+        "all_scores": random_tensor(generator, 3, 9) + torch.arange(9, dtype=torch.float64) * 0.5,
+        "all_values": random_tensor(generator, 9, 2),
+        "tile_size": 3,
+    }
+
+
+#: The loop of section 2 over tiles of keys; the learner orders the six lines of its body.
+ONLINE_ORDER_PUZZLE = OrderPuzzle(
+    exercise="online_order",
+    lines={
+        "A": "normaliser = normaliser * rescale + weights.sum(dim=-1, keepdim=True)",
+        "B": "running_max = new_max",
+        "C": "new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))",
+        "D": "weights = torch.exp(scores - new_max)",
+        "E": "output = output * rescale + weights @ values",
+        "F": "rescale = torch.exp(running_max - new_max)",
+    },
+    solution=("C", "F", "D", "A", "E", "B"),
+    inputs=_online_order_inputs,
+    result="result",
+    template="""\
+running_max = torch.full((all_scores.shape[0], 1), -math.inf, dtype=torch.float64)
+normaliser = torch.zeros(all_scores.shape[0], 1, dtype=torch.float64)
+output = torch.zeros(all_scores.shape[0], all_values.shape[1], dtype=torch.float64)
+for start in range(0, all_scores.shape[1], tile_size):
+    scores, values = all_scores[:, start : start + tile_size], all_values[start : start + tile_size]
+    {lines}
+result = output / normaliser
+""",
+    misorders=(
+        MisOrder(
+            "the maximum moves before the rescale",
+            first="F",
+            then="B",
+            hint="The rescale re-measures the sums so far, counted against the old maximum, against the new one: "
+            "exp(old max - new max). Once `running_max` already holds the new maximum, that factor is exp(0) = 1 "
+            "and nothing is rescaled.",
+            fix="Compute `rescale` (line F) while `running_max` still holds the old maximum, and move the maximum "
+            "on (line B) after it.",
+            symptom="The result is right while the maximum stays where the first tile put it.",
+        ),
+    ),
+)
+
+
+def check_online_order(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Exercise: the learner's order of :data:`ONLINE_ORDER_PUZZLE`'s lines, the body of the loop over tiles
+    (a list of labels, first line first), run on three drawn inputs and compared with ``softmax(scores) @ values``
+    computed tile by tile in the solution's order (:func:`~mhsa_helpers.teaching.ordering.check_order`)."""
+    return check_order(ONLINE_ORDER_PUZZLE, answer, verbose=verbose)
+
+
+def online_order_exercise() -> OrderExercise:
+    """The update's lines to arrange with the mouse or the keyboard, checked by :func:`check_online_order`."""
+    return OrderExercise(ONLINE_ORDER_PUZZLE, check_online_order)

@@ -4,7 +4,13 @@ its explorer (``explorer``) and its diagram (``diagrams``)."""
 from ...teaching.heads_explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from ...teaching.modules import copy_package_weights
 from .diagrams import kv_cache_diagram, transformer_block_diagram
-from .exercises import check_attend_with_cache, check_mask_prediction, check_my_causal_self_attention
+from .exercises import (
+    check_attend_with_cache,
+    check_decoding_order,
+    check_mask_prediction,
+    check_my_causal_self_attention,
+    decoding_order_exercise,
+)
 from .explorer import mhsa_explorer
 
 __all__ = [
@@ -12,9 +18,11 @@ __all__ = [
     "INPUT_SCALE",
     "MODEL_SEED",
     "check_attend_with_cache",
+    "check_decoding_order",
     "check_mask_prediction",
     "check_my_causal_self_attention",
     "copy_package_weights",
+    "decoding_order_exercise",
     "kv_cache_diagram",
     "mhsa_explorer",
     "transformer_block_diagram",

@@ -10,18 +10,23 @@ diagnosis are :mod:`mhsa_helpers.teaching.modules`'s, shared with notebooks 07 a
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 
-from ... import RotaryEmbedding, causal_mask, scaled_dot_product_attention
+from ... import RotaryEmbedding, causal_mask, merge_heads, scaled_dot_product_attention, split_heads
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 from ...teaching.modules import CAUSAL_CONTRACT, CAUSAL_SETTINGS, check_module
+from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
 from ...teaching.predictions import check_prediction
 
 __all__ = [
+    "DECODING_PUZZLE",
     "check_attend_with_cache",
+    "check_decoding_order",
     "check_mask_prediction",
     "check_my_causal_self_attention",
+    "decoding_order_exercise",
     "handed_out_attend_with_cache",
 ]
 
@@ -279,3 +284,84 @@ def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckRes
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
         verbose=verbose,
     )
+
+
+# ------------------------------------------------ one cached decoding step, in order
+
+
+def _decoding_inputs(generator: torch.Generator) -> dict[str, object]:
+    """Two new tokens after three cached ones (their keys rotated when they were appended); d_model 8, 2 heads,
+    float64. Two new tokens, so that the mask's offset shows."""
+    weights = {name: random_tensor(generator, 8, 8, scale=0.5) for name in ("w_q", "w_k", "w_v", "w_o")}
+    return {
+        "x_new": random_tensor(generator, 1, 2, 8),
+        "k_cache": random_tensor(generator, 1, 2, 3, 4),
+        "v_cache": random_tensor(generator, 1, 2, 3, 4),
+        **weights,
+        "num_heads": 2,
+        "rope": RotaryEmbedding(d_head=4, max_seq_len=16),
+        "mh": SimpleNamespace(
+            split_heads=split_heads,
+            merge_heads=merge_heads,
+            causal_mask=causal_mask,
+            scaled_dot_product_attention=scaled_dot_product_attention,
+        ),
+    }
+
+
+#: One step of section 4's cached decoding, its eight lines shuffled.
+DECODING_PUZZLE = OrderPuzzle(
+    exercise="decoding_order",
+    lines={
+        "A": "k_cache, v_cache = torch.cat([k_cache, k], dim=-2), torch.cat([v_cache, v], dim=-2)",
+        "B": "q, k = rope(q, positions), rope(k, positions)",
+        "C": "out = mh.merge_heads(heads) @ w_o.T",
+        "D": "past = k_cache.shape[-2]",
+        "E": "mask = mh.causal_mask(x_new.shape[-2], past + x_new.shape[-2])",
+        "F": "q, k, v = (mh.split_heads(x_new @ w.T, num_heads) for w in (w_q, w_k, w_v))",
+        "G": "heads = mh.scaled_dot_product_attention(q, k_cache, v_cache, mask)",
+        "H": "positions = torch.arange(past, past + x_new.shape[-2])",
+    },
+    solution=("D", "F", "H", "B", "A", "E", "G", "C"),
+    inputs=_decoding_inputs,
+    result="out",
+    misorders=(
+        MisOrder(
+            "append before reading the offset",
+            first="D",
+            then="A",
+            hint="`past` is the number of tokens cached *before* this step: the new tokens' positions start there and "
+            "the mask is offset by it. Read after the append, it counts the new tokens too.",
+            fix="Read `past = k_cache.shape[-2]` (line D) before appending to the cache (line A).",
+        ),
+        MisOrder(
+            "append before rotating",
+            first="B",
+            then="A",
+            hint="The cache keeps keys rotated at their own positions, once, when they are appended: a key appended "
+            "before its rotation stays unrotated in the cache, at every later step too.",
+            fix="Rotate q and k (line B) before appending k to the cache (line A).",
+            symptom="The three cached tokens' keys are right, and the result is still wrong.",
+        ),
+        MisOrder(
+            "attend before appending",
+            first="A",
+            then="G",
+            hint="The new queries must see the new keys too (each new token sees itself and the new tokens before "
+            "it): the cache is appended to first, then attended over.",
+            fix="Append the new keys and values (line A) before the attention (line G).",
+        ),
+    ),
+)
+
+
+def check_decoding_order(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Exercise: the learner's order of :data:`DECODING_PUZZLE`'s lines (a list of labels, first line first), run
+    on three drawn inputs and compared with the step in the solution's order
+    (:func:`~mhsa_helpers.teaching.ordering.check_order`)."""
+    return check_order(DECODING_PUZZLE, answer, verbose=verbose)
+
+
+def decoding_order_exercise() -> OrderExercise:
+    """The decoding step's lines to arrange with the mouse or the keyboard, checked by :func:`check_decoding_order`."""
+    return OrderExercise(DECODING_PUZZLE, check_decoding_order)

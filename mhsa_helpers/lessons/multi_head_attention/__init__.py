@@ -8,7 +8,9 @@ from .exercises import (
     check_multi_head_attention,
     check_my_multi_head_attention,
     check_parameter_prediction,
+    check_recipe_order,
     check_split_heads,
+    recipe_order_exercise,
 )
 from .explorer import heads_explorer
 
@@ -19,7 +21,9 @@ __all__ = [
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",
+    "check_recipe_order",
     "check_split_heads",
     "heads_explorer",
+    "recipe_order_exercise",
     "split_merge_diagram",
 ]

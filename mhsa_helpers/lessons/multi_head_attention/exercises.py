@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 
@@ -20,16 +21,21 @@ from ... import (
     split_heads,
 )
 from ...attention import attend
+from ...masking import causal_mask
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 from ...teaching.modules import MULTI_HEAD_CONTRACT, Call, ModuleSetting, check_module
+from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
 from ...teaching.predictions import check_prediction
 
 __all__ = [
+    "RECIPE_PUZZLE",
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",
+    "check_recipe_order",
     "check_split_heads",
     "handed_out_multi_head_attention",
+    "recipe_order_exercise",
 ]
 
 
@@ -409,3 +415,69 @@ def check_my_multi_head_attention(learner: Callable[..., torch.nn.Module], *, ve
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
         verbose=verbose,
     )
+
+
+# --------------------------------------------------------------- the recipe, in order
+
+
+def _recipe_inputs(generator: torch.Generator) -> dict[str, object]:
+    """One sequence of 4 tokens, d_model 8, 2 heads; float64, so that only the order changes the result."""
+    weights = {name: random_tensor(generator, 8, 8, scale=0.5) for name in ("w_q", "w_k", "w_v", "w_o")}
+    return {
+        "x": random_tensor(generator, 1, 4, 8),
+        **weights,
+        "num_heads": 2,
+        "mask": causal_mask(4),
+        "mh": SimpleNamespace(split_heads=split_heads, merge_heads=merge_heads),
+    }
+
+
+#: The multi-head recipe of section 5 with the causal mask of notebook 03, its eight lines shuffled.
+RECIPE_PUZZLE = OrderPuzzle(
+    exercise="recipe_order",
+    lines={
+        "A": "weights = torch.softmax(scores, dim=-1)",
+        "B": "q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T",
+        "C": "merged = mh.merge_heads(heads)",
+        "D": "scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+        "E": "out = merged @ w_o.T",
+        "F": 'scores = scores.masked_fill(~mask, float("-inf"))',
+        "G": "q, k, v = mh.split_heads(q, num_heads), mh.split_heads(k, num_heads), mh.split_heads(v, num_heads)",
+        "H": "heads = weights @ v",
+    },
+    solution=("B", "G", "D", "F", "A", "H", "C", "E"),
+    inputs=_recipe_inputs,
+    result="out",
+    misorders=(
+        MisOrder(
+            "mask after softmax",
+            first="F",
+            then="A",
+            hint="The softmax has already turned the scores into weights when the mask changes the scores, so the "
+            "weights never see it: every token attends to the tokens after it too.",
+            fix="Mask the scores (line F) before the softmax (line A) turns them into weights.",
+            symptom="The first token's output is not its own value alone, though it may see only itself.",
+        ),
+        MisOrder(
+            "scores before the split into heads",
+            first="G",
+            then="D",
+            hint="Scores computed before the split compare all d_model numbers of a query and a key at once: one "
+            "pattern of weights, shared by every head, and divided by √d_model instead of √d_head. Each head "
+            "scores with its own slice.",
+            fix="Split q, k and v into heads (line G) before computing the scores (line D).",
+            symptom="Every head gets the same weights.",
+        ),
+    ),
+)
+
+
+def check_recipe_order(answer: object, *, verbose: bool = True) -> CheckResult:
+    """Exercise: the learner's order of :data:`RECIPE_PUZZLE`'s lines (a list of labels, first line first), run
+    on three drawn inputs and compared with the recipe (:func:`~mhsa_helpers.teaching.ordering.check_order`)."""
+    return check_order(RECIPE_PUZZLE, answer, verbose=verbose)
+
+
+def recipe_order_exercise() -> OrderExercise:
+    """The recipe's lines to arrange with the mouse or the keyboard, checked by :func:`check_recipe_order`."""
+    return OrderExercise(RECIPE_PUZZLE, check_recipe_order)

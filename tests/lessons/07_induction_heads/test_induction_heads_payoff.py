@@ -202,7 +202,7 @@ def test_a_wrong_module_trained_as_the_payoff_cell_does_is_told_its_cause(slips,
         claim("and learns to copy (10-step mean below 1.0)", phase_change_step(run.induction_loss) is not None)
     printed = capsys.readouterr().out.strip().splitlines()
     assert (
-        printed[-1].startswith("What the checker of notebook 06, exercise 3 finds in your module (the likely cause)")
+        printed[-1].startswith("What the checker of notebook 06, exercise 4 finds in your module (the likely cause)")
         and cause in printed[-1]
-        and "notebook 06, exercise 3" in printed[-1]
+        and "notebook 06, exercise 4" in printed[-1]
     )

@@ -154,6 +154,6 @@ def test_a_wrong_module_in_the_real_model_is_told_its_cause(models, slips, cause
               torch.equal(generate(yours, ids, 3), generate(model, ids, 3)))  # fmt: skip
     printed = capsys.readouterr().out.strip().splitlines()
     assert (
-        printed[-1].startswith("What the checker of notebook 06, exercise 3 finds in your module (the likely cause)")
+        printed[-1].startswith("What the checker of notebook 06, exercise 4 finds in your module (the likely cause)")
         and cause in printed[-1]
     )
