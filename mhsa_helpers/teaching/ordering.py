@@ -21,6 +21,7 @@ import contextlib
 import html
 import io
 import math
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -95,7 +96,7 @@ def _run(puzzle: OrderPuzzle, order: Sequence[str], seed: int) -> torch.Tensor:
         exec(compile(source, filename, "exec"), namespace)
     except Exception as exc:
         lineno = next(
-            (frame.tb_lineno for frame in _frames(exc.__traceback__) if frame.tb_frame.f_code.co_filename == filename),
+            (line for frame, line in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == filename),
             None,
         )
         label = labels.get(lineno or 0)
@@ -104,14 +105,6 @@ def _run(puzzle: OrderPuzzle, order: Sequence[str], seed: int) -> torch.Tensor:
             raise _Failed(f"{where} uses `{exc.name}`, which no line before it has made yet") from None
         raise _Failed(f"{where} raised {type(exc).__name__}: {exc}") from None
     return namespace[puzzle.result]
-
-
-def _frames(tb: Any) -> list[Any]:
-    frames = []
-    while tb is not None:
-        frames.append(tb)
-        tb = tb.tb_next
-    return frames
 
 
 def _difference(got: torch.Tensor, expected: torch.Tensor) -> str | None:
