@@ -21,6 +21,7 @@ import re
 import secrets
 import shutil
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,8 @@ def open_and_run(page, url: str, token: str, name: str, errors: list[str]) -> No
     # No allow-list: any console error or uncaught page error fails the test.
     page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.goto(f"{url}/lab/tree/{name}?token={token}", wait_until="domcontentloaded", timeout=RENDER_TIMEOUT_MS)
+    # `reset`: a fresh workspace, so that the notebook a test opened before is not restored beside this one.
+    page.goto(f"{url}/lab/tree/{name}?token={token}&reset", wait_until="domcontentloaded", timeout=RENDER_TIMEOUT_MS)
     page.wait_for_selector(".jp-Notebook", timeout=RENDER_TIMEOUT_MS)
     page.wait_for_function(
         "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
@@ -176,12 +178,28 @@ def open_and_run(page, url: str, token: str, name: str, errors: list[str]) -> No
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
 
-def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
+@contextmanager
+def lab_page(browser, lab_server, name: str):
+    """A page with notebook ``name`` open and its cells started; after the test's moves, no cell (nor widget
+    callback) may have written an error into the notebook, the kernel's log a traceback, or the browser an error."""
     url, token, log_path = lab_server
     errors: list[str] = []
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        open_and_run(page, url, token, FIXTURE.name, errors)
+        open_and_run(page, url, token, name, errors)
+        yield page
+        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+        assert page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count() == 0
+    finally:
+        page.close()
+        server_log = log_path.read_text()
+    kernel_errors = [line for line in server_log.splitlines() if "Traceback" in line]
+    assert not kernel_errors, server_log[-3000:]
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+
+
+def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
+    with lab_page(browser, lab_server, FIXTURE.name) as page:
         first = wait_caption(page, r"^2 heads, seq 6 ")
         page.wait_for_selector(".mhsa-explorer >> nth=1", timeout=RENDER_TIMEOUT_MS)
         wait_caption(page, r"^seq 6 · causal mask · neg_inf", explorer_index=1)
@@ -215,15 +233,6 @@ def test_explorers_follow_keyboard_and_mouse_in_jupyterlab(lab_server, browser):
         wait_render(page, r"^1 heads, seq 8 ", src)
         # The other explorer still answers (its own kernel-side state is independent).
         assert re.match(r"^seq 6 · causal mask", caption_text(page, 1))
-        # No cell (nor widget callback) wrote an error or a traceback into the notebook.
-        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
-        assert page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").count() == 0
-    finally:
-        page.close()
-        server_log = log_path.read_text()
-    kernel_errors = [line for line in server_log.splitlines() if "Traceback" in line]
-    assert not kernel_errors, server_log[-3000:]
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
 
 
 # ------------------------------------------------------------------ the ordering exercises
@@ -283,11 +292,7 @@ def test_ordering_exercises_are_arranged_and_checked_with_keyboard_and_mouse_in_
     from mhsa_helpers.lessons.causal_mhsa_with_rope.exercises import DECODING_PUZZLE
     from mhsa_helpers.lessons.multi_head_attention.exercises import RECIPE_PUZZLE
 
-    url, token, log_path = lab_server
-    errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
-        open_and_run(page, url, token, ORDERING_FIXTURE.name, errors)
+    with lab_page(browser, lab_server, ORDERING_FIXTURE.name) as page:
         page.wait_for_selector(f"{ORDER} >> nth=2", timeout=RENDER_TIMEOUT_MS)
         for index, puzzle in enumerate((ONLINE_ORDER_PUZZLE, RECIPE_PUZZLE, DECODING_PUZZLE)):
             exercise = page.locator(ORDER).nth(index)
@@ -311,13 +316,6 @@ def test_ordering_exercises_are_arranged_and_checked_with_keyboard_and_mouse_in_
         assert "line B (`running_max = new_max`) comes before line F" in named
         exercise.get_by_role("button", name="Reveal").click()
         wait_feedback(page, 0, "[online_order] the fix for 'the maximum moves before the rescale': Compute")
-        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
-    finally:
-        page.close()
-        server_log = log_path.read_text()
-    kernel_errors = [line for line in server_log.splitlines() if "Traceback" in line]
-    assert not kernel_errors, server_log[-3000:]
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
 
 
 def _moved_up(places: int) -> list[str]:
