@@ -124,14 +124,21 @@ def test_each_lesson_folder_is_named_like_its_notebook(item):
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
 def test_the_registry_lists_the_checkers_the_notebook_calls_in_its_order(item):
     """The registry names each lesson's checkers itself; they are the ones its notebook's exercises
-    call, first call first (a checker added to the notebook but not registered fails here)."""
+    call, first call first (a checker added to the notebook but not registered fails here), after the recall
+    questions that open every notebook but the first."""
     called: list[str] = []
     for cell in json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))["cells"]:
         if cell["cell_type"] == "code":
             for name in re.findall(r"\b(check_[a-z0-9_]+)\(", "".join(cell["source"])):
                 if name not in called:
                     called.append(name)
-    assert [checker.__name__ for checker in item.checkers] == called
+    assert [checker.__name__ for checker in every_checker(item)] == called
+    assert (item.recall is None) == (item.number == 1)
+
+
+def every_checker(item):
+    """The lesson's recall checker, then its exercises' checkers."""
+    return ((item.recall,) if item.recall else ()) + item.checkers
 
 
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
@@ -141,6 +148,9 @@ def test_lesson_package_exports_its_explorer_and_checkers(item):
     for checker in item.checkers:
         assert getattr(package, checker.__name__) is checker
         assert checker.__module__ == f"mhsa_helpers.lessons.{item.slug}.exercises"
+    if item.recall is not None:
+        assert package.check_recall is item.recall
+        assert item.recall.__module__ == f"mhsa_helpers.lessons.{item.slug}.recall"
     if item.explorer is not None:
         assert getattr(package, item.explorer.__name__) is item.explorer
         assert item.explorer.__module__ == f"mhsa_helpers.lessons.{item.slug}.explorer"
@@ -166,7 +176,7 @@ def test_notebook_imports_and_runs_exactly_its_checkers(item):
     imported = re.search(rf"from mhsa_helpers\.lessons\.{item.slug} import \(?([^)\n]*(?:\n[^)]*)?)\)?", source)
     assert imported, f"{item.notebook} does not import from mhsa_helpers.lessons.{item.slug}"
     called = set(re.findall(r"\b(check_\w+)\(", source))
-    assert called == {checker.__name__ for checker in item.checkers}
+    assert called == {checker.__name__ for checker in every_checker(item)}
 
 
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
@@ -177,7 +187,7 @@ def test_every_checker_accepts_the_solutions_notebooks_answer(item):
     source = "\n".join(cells)
     # The solutions state "the solution passes the checker" as an assert or as a claim.
     answers = dict(re.findall(r"(?:assert |claim\([^,]+,\s*)(check_\w+)\((\w+)\)\.correct", source))
-    assert set(answers) == {checker.__name__ for checker in item.checkers}
+    assert set(answers) == {checker.__name__ for checker in every_checker(item)}
     namespace: dict = {"__name__": "__solutions__"}
     with contextlib.redirect_stdout(io.StringIO()):
         for cell in cells:
@@ -186,6 +196,10 @@ def test_every_checker_accepts_the_solutions_notebooks_answer(item):
         result = checker(namespace[answers[checker.__name__]], verbose=False)
         assert result.correct, result.message
         assert checker(stub, verbose=False).status == "not_attempted"
+    if item.recall is not None:
+        recalled = namespace[answers["check_recall"]]
+        assert item.recall(recalled, verbose=False).correct
+        assert item.recall(dict.fromkeys(recalled), verbose=False).status == "not_attempted"
 
 
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
@@ -194,7 +208,7 @@ def test_no_committed_exercise_output_states_a_mistake_or_its_fix(item):
     attempted yet, or, for code handed out to debug, that it is still the original, and nothing else: no
     mistake's name, idea or fix. (The payoff cells of 07 and 11 say the learner's module is not written yet.)"""
     notebook = json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))
-    names = {checker.__name__ for checker in item.checkers}
+    names = {checker.__name__ for checker in every_checker(item)}
     told = []
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
@@ -207,7 +221,7 @@ def test_no_committed_exercise_output_states_a_mistake_or_its_fix(item):
             assert len(verdicts) == 1, text
             assert re.match(r"\[[^]]+\] (not attempted yet|still the original): ", verdicts[0]), verdicts[0]
             told.append(verdicts[0].split("] ", 1)[1].split(":")[0])
-    assert len(told) == len(item.checkers), told
+    assert len(told) == len(every_checker(item)), told
 
 
 def global_grad_switches(source: str) -> list[str]:

@@ -95,7 +95,8 @@ class Lesson:
     ``notebook`` and ``solutions`` are paths relative to the repository's root; ``explorer`` is
     a factory called without arguments (its defaults are the notebook's first view); ``exercises``
     are the notebook's exercises in their order, ``reading_minutes`` the time its text and cells take
-    without them (rounded to 5). ``summary`` is the README's one-line description of the idea.
+    without them (rounded to 5). ``summary`` is the README's one-line description of the idea; ``recall`` checks
+    the questions on the earlier notebooks that open it (every notebook but the first).
     """
 
     number: int
@@ -107,6 +108,7 @@ class Lesson:
     exercises: tuple[Exercise, ...]
     reading_minutes: int
     summary: str = ""
+    recall: Callable[..., Any] | None = None
 
     @property
     def checkers(self) -> tuple[Callable[..., Any], ...]:
@@ -137,6 +139,7 @@ def _lesson(
     exercises: tuple[Exercise, ...],
     reading_minutes: int,
     summary: str,
+    recall: Callable[..., Any] | None = None,
 ) -> Lesson:
     stem = f"{number:02d}_{name}"
     return Lesson(
@@ -149,6 +152,7 @@ def _lesson(
         exercises=exercises,
         reading_minutes=reading_minutes,
         summary=summary,
+        recall=recall,
     )
 
 
@@ -197,6 +201,7 @@ LESSONS: tuple[Lesson, ...] = (
             "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, "
             "cross-attention, equality with PyTorch"
         ),
+        recall=scaled_dot_product_attention.check_recall,
     ),
     _lesson(
         3,
@@ -215,6 +220,7 @@ LESSONS: tuple[Lesson, ...] = (
             "hiding the future: two equal masking methods, mask polarity, the fully-masked-row NaN trap, "
             "padding, dropout"
         ),
+        recall=causal_masking.check_recall,
     ),
     _lesson(
         4,
@@ -236,6 +242,7 @@ LESSONS: tuple[Lesson, ...] = (
             "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV "
             "layouts, `nn.MultiheadAttention`"
         ),
+        recall=multi_head_attention.check_recall,
     ),
     _lesson(
         5,
@@ -253,6 +260,7 @@ LESSONS: tuple[Lesson, ...] = (
             "absolute positions (sinusoidal, learned) and why RoPE replaced them, rotating pairs of "
             "dimensions, scores that depend only on m−n, interleaved versus half-split pairing"
         ),
+        recall=rotary_position_embeddings.check_recall,
     ),
     _lesson(
         6,
@@ -276,6 +284,7 @@ LESSONS: tuple[Lesson, ...] = (
             "the whole attention layer, the functional and module interfaces, incremental decoding with a KV "
             "cache, cost versus length, the Transformer block around it"
         ),
+        recall=causal_mhsa_with_rope.check_recall,
     ),
     _lesson(
         7,
@@ -301,6 +310,7 @@ LESSONS: tuple[Lesson, ...] = (
             "induction heads found by score and ablation, the fixed-offset shortcut, attention sinks, learned "
             "positions compared"
         ),
+        recall=induction_heads.check_recall,
     ),
     _lesson(
         8,
@@ -320,6 +330,7 @@ LESSONS: tuple[Lesson, ...] = (
             "the online softmax and tiled attention that never builds the (n, n) matrix, grouped- and "
             "multi-query attention, what the KV cache of real models costs, a preallocated cache"
         ),
+        recall=attention_at_scale.check_recall,
     ),
     _lesson(
         9,
@@ -338,6 +349,7 @@ LESSONS: tuple[Lesson, ...] = (
             "reach, attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, "
             "and RoPE stretched by interpolation, NTK-aware scaling and YaRN, with their trade-offs measured"
         ),
+        recall=long_context.check_recall,
     ),
     _lesson(
         10,
@@ -355,6 +367,7 @@ LESSONS: tuple[Lesson, ...] = (
             "attention bugs in code (seven reported in public projects, linked; one illustration), each next "
             "to its fix"
         ),
+        recall=mistakes_that_circulate.check_recall,
     ),
     _lesson(
         11,
@@ -374,6 +387,7 @@ LESSONS: tuple[Lesson, ...] = (
             "cache, text generated token by token, the RoPE pairing that breaks it, and real attention sinks, "
             "previous-token and induction heads, measured and ablated"
         ),
+        recall=real_model.check_recall,
     ),
 )
 

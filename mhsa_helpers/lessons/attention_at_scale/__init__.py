@@ -13,6 +13,7 @@ from .exercises import (
     online_order_exercise,
 )
 from .explorer import cache_explorer, kv_heads_explorer, tiles_explorer
+from .recall import check_recall
 
 __all__ = [
     "cache_explorer",
@@ -21,6 +22,7 @@ __all__ = [
     "check_online_attention",
     "check_online_order",
     "check_online_update",
+    "check_recall",
     "head_groups_diagram",
     "kv_heads_explorer",
     "online_order_exercise",

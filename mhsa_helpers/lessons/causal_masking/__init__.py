@@ -4,6 +4,7 @@ its explorer (``explorer``) and its diagram (``diagrams``)."""
 from .diagrams import causal_mask_diagram
 from .exercises import check_cache_prediction, check_cached_causal_mask, check_causal_attention, check_masked_softmax
 from .explorer import DROPOUT_SEED, JOURNEY_SEED, METHODS, journey_projections, masking_explorer
+from .recall import check_recall
 
 __all__ = [
     "DROPOUT_SEED",
@@ -14,6 +15,7 @@ __all__ = [
     "check_cached_causal_mask",
     "check_causal_attention",
     "check_masked_softmax",
+    "check_recall",
     "journey_projections",
     "masking_explorer",
 ]

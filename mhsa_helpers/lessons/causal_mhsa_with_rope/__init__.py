@@ -12,6 +12,7 @@ from .exercises import (
     decoding_order_exercise,
 )
 from .explorer import mhsa_explorer
+from .recall import check_recall
 
 __all__ = [
     "HEADS_SENTENCE",
@@ -21,6 +22,7 @@ __all__ = [
     "check_decoding_order",
     "check_mask_prediction",
     "check_my_causal_self_attention",
+    "check_recall",
     "copy_package_weights",
     "decoding_order_exercise",
     "kv_cache_diagram",

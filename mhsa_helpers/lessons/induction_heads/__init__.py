@@ -54,6 +54,7 @@ from .exercises import (
 )
 from .explorer import example_index, training_explorer
 from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
+from .recall import check_recall
 
 __all__ = [
     "BOS",
@@ -78,6 +79,7 @@ __all__ = [
     "check_ablate_head",
     "check_induction_score",
     "check_previous_token_score",
+    "check_recall",
     "check_repeat_chunk",
     "check_untrained_prediction",
     "evaluation_batch",

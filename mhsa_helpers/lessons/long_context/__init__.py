@@ -14,12 +14,14 @@ from .experiments import (
 )
 from .explorer import stretch_explorer, window_explorer
 from .reach import window_reach
+from .recall import check_recall
 
 __all__ = [
     "TRAINED_LENGTH",
     "PositionLosses",
     "check_alibi_bias",
     "check_ntk_frequencies",
+    "check_recall",
     "check_window_mask",
     "long_batch",
     "position_losses",

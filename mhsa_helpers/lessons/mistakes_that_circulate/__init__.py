@@ -4,6 +4,7 @@
 from .bug_zoo import BUGS, Bug, BugDemo, Report, bug, bug_names
 from .exercises import check_decode_mask, check_masked_weights
 from .explorer import bug_zoo_explorer
+from .recall import check_recall
 
 __all__ = [
     "BUGS",
@@ -15,4 +16,5 @@ __all__ = [
     "bug_zoo_explorer",
     "check_decode_mask",
     "check_masked_weights",
+    "check_recall",
 ]

@@ -13,6 +13,7 @@ from .exercises import (
     recipe_order_exercise,
 )
 from .explorer import heads_explorer
+from .recall import check_recall
 
 __all__ = [
     "HEADS_SENTENCE",
@@ -21,6 +22,7 @@ __all__ = [
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",
+    "check_recall",
     "check_recipe_order",
     "check_split_heads",
     "heads_explorer",

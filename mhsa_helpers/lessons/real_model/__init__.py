@@ -20,6 +20,7 @@ from .exercises import (
 )
 from .explorer import PRESET_SENTENCES, attention_weights_of, real_attention_explorer
 from .figures import ablation_loss_bars, layer_head_maps
+from .recall import check_recall
 from .swap import YourAttention, copy_gqa_weights, with_attention
 from .tools import (
     FIRST_ORDINARY_TOKEN,
@@ -48,6 +49,7 @@ __all__ = [
     "check_ablation_prediction",
     "check_copy_loss",
     "check_head_induction_score",
+    "check_recall",
     "check_sink_heads",
     "copy_gqa_weights",
     "copy_loss",
