@@ -84,7 +84,9 @@ def _slip(question: Question, given: Any, truth: Any) -> str | None:
 def _not_right(given: Any, truth: Any) -> str:
     if isinstance(truth, numbers.Real) and not isinstance(truth, bool):
         return "too high" if given > truth else "too low"
-    return {tuple: "not that shape", str: "not that one"}.get(type(truth), "not so")
+    if isinstance(truth, tuple):
+        return "not that shape"
+    return "not that one" if isinstance(truth, str) else "not so"
 
 
 def _shown(value: Any) -> str:
