@@ -51,6 +51,8 @@ MUTATED_FILES = (
     "mhsa_helpers/teaching/misconceptions.py",
     "mhsa_helpers/teaching/attention_recipe.py",
     "mhsa_helpers/teaching/modules.py",
+    "mhsa_helpers/teaching/ordering.py",
+    "mhsa_helpers/teaching/recall.py",
 )  # besides the core, mhsa_helpers/*.py: the checker machinery; scripts/mutate.py imports this
 
 

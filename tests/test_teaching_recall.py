@@ -116,11 +116,16 @@ def test_a_wrong_answer_is_told_its_direction_first_and_its_slip_and_where_to_lo
         "  5 · not answered yet.",
     ]
     assert "d_k were used" not in capsys.readouterr().out
+    assert (first.exercise, first.key) == ("demo", "recall: 1=64 2=(2, 3) 3='a' 4=False")
     again = check_recall("demo", QUESTIONS, answers, verbose=False)
     assert again.message == again.diagnosis
-    assert again.message.splitlines()[1:3] == [
+    assert again.message.splitlines() == [
+        "[demo] 0 of 5 right:",
         "  1 · not yet: too high. That is the answer if d_k were used. Look back at notebook 02, section 1.",
         "  2 · not yet: not that shape. That is the answer if it were transposed. Look back at notebook 01, step 1.",
+        "  3 · not yet: not that one. Look back at notebook 03.",
+        "  4 · not yet: not so. Look back at notebook 04.",
+        "  5 · not answered yet.",
     ]
     again.reveal()
     assert capsys.readouterr().out.splitlines() == [
@@ -137,6 +142,37 @@ def test_a_right_answer_is_shown_with_its_reason_beside_the_wrong_ones():
     result = check_recall("demo", QUESTIONS, {1: 8, 2: None, 3: None, 4: None, 5: 14}, verbose=False)
     assert result.message.splitlines()[:2] == ["[demo] 1 of 5 right:", "  1 · right: 8. It is eight."]
     assert "  5 · not yet: too low." in result.message
+    assert (result.exercise, result.key) == ("demo", "recall: 5=14")
+    other = check_recall("demo", QUESTIONS, {1: 7, 2: "x", 3: None, 4: True, 5: 15}, verbose=False)
+    assert other.message.splitlines()[1:3] == [
+        "  1 · not yet: too low.",
+        "  2 · not yet: the answer is a shape such as (2, 3), not str 'x'.",
+    ]
+    again = check_recall("demo", QUESTIONS, {1: 7, 2: "x", 3: None, 4: True, 5: 15}, verbose=False)
+    assert again.message.splitlines() == [
+        "[demo] 2 of 5 right:",
+        "  1 · not yet: too low. Look back at notebook 02, section 1.",
+        "  2 · not yet: the answer is a shape such as (2, 3), not str 'x'.",
+        "  3 · not answered yet.",
+        "  4 · right: True. It is.",
+        "  5 · right: 15. Fifteen.",
+    ]
+
+
+def test_only_unanswered_questions_left_and_every_answer_right_word_for_word():
+    some = check_recall("demo", QUESTIONS, {1: 8, 2: (3, 2), 3: "B", 4: True, 5: None}, verbose=False)
+    assert (some.exercise, some.status, some.key) == ("demo", "incorrect", "recall: unanswered")
+    assert some.message.splitlines()[0] == "[demo] 4 of 5 right:"
+    right = check_recall("demo", QUESTIONS, [8, (3, 2), "B", True, 15], verbose=False)
+    assert (right.exercise, right.status) == ("demo", "correct")
+    assert right.message.splitlines() == [
+        "[demo] correct: all 5 right.",
+        "  1 · right: 8. It is eight.",
+        "  2 · right: (3, 2). Three rows.",
+        "  3 · right: 'B'. B is right.",
+        "  4 · right: True. It is.",
+        "  5 · right: 15. Fifteen.",
+    ]
 
 
 def test_an_answer_of_the_wrong_kind_says_what_kind_is_wanted():
@@ -153,9 +189,11 @@ def test_an_answer_of_the_wrong_kind_says_what_kind_is_wanted():
 
 def test_no_answer_yet_is_not_attempted_and_a_wrong_container_is_an_error(capsys):
     result = check_recall("demo", QUESTIONS, dict.fromkeys(range(1, 6)))
-    assert result.status == "not_attempted"
+    assert (result.exercise, result.status) == ("demo", "not_attempted")
     assert capsys.readouterr().out == "[demo] not attempted yet: replace each None by your answer.\n"
     with pytest.raises(TypeError, match=r"answers must be a dict such as \{1: \.\.\., 2: \.\.\.\}, got str"):
         check_recall("demo", QUESTIONS, "8", verbose=False)
     with pytest.raises(ValueError, match=r"numbered \[1, 2, 3, 4, 5\], got \[1, 2\]"):
         check_recall("demo", QUESTIONS, {1: 8, 2: (3, 2)}, verbose=False)
+    with pytest.raises(ValueError, match=r"got \['1', 2, 3, 4, 5\]"):  # numbers written as text, and as numbers
+        check_recall("demo", QUESTIONS, {"1": 8, 2: (3, 2), 3: "B", 4: True, 5: 15}, verbose=False)

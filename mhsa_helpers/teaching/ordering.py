@@ -7,9 +7,7 @@ ran, first (the line that used a name no line above it had made, the error a lin
 differs), and the mis-ordering by name when the same order comes again: a :class:`MisOrder` is one line placed
 before a line it must follow, read off the order itself, so naming it is no guess. The fix is shown on request.
 
-:class:`OrderExercise` shows the lines to arrange with a running kernel: each row's "↑" and "↓" move its line
-(click them, or Tab to them and press Enter), then "Check"; "Hint" and "Reveal" climb the same rungs as
-``result.hint()`` and ``result.reveal()``.
+:class:`~mhsa_helpers.teaching.order_widget.OrderExercise` shows the lines to arrange with a running kernel.
 
 Parsons & Haden (2006) introduced the exercise; Ericson, Margulieux & Rick (2017) measured that solving one teaches
 as much as writing the same code, in less time.
@@ -17,21 +15,17 @@ as much as writing the same code, in less time.
 
 from __future__ import annotations
 
-import contextlib
-import html
-import io
 import math
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-import ipywidgets as widgets
 import torch
 
 from .checking import STATE_CHANGED, Case, CheckResult, escalate, judge
 
-__all__ = ["MisOrder", "OrderExercise", "OrderPuzzle", "check_order"]
+__all__ = ["MisOrder", "OrderPuzzle", "check_order"]
 
 
 @dataclass(frozen=True)
@@ -95,11 +89,16 @@ def _run(puzzle: OrderPuzzle, order: Sequence[str], seed: int) -> torch.Tensor:
     try:
         exec(compile(source, filename, "exec"), namespace)
     except Exception as exc:
-        lineno = next(
-            (line for frame, line in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == filename),
+        # The innermost of the order's own lines that the error passed through; none when it came from the code
+        # around them.
+        label = next(
+            (
+                labels[line]
+                for frame, line in reversed(list(traceback.walk_tb(exc.__traceback__)))
+                if frame.f_code.co_filename == filename and line in labels
+            ),
             None,
         )
-        label = labels.get(lineno or 0)
         where = f"line {label} (`{puzzle.lines[label]}`)" if label else "the code around your lines"
         if isinstance(exc, NameError) and exc.name:
             raise _Failed(f"{where} uses `{exc.name}`, which no line before it has made yet") from None
@@ -216,12 +215,19 @@ def _judge(puzzle: OrderPuzzle, order: list[str]) -> CheckResult:
     )
 
 
+def _checked(puzzle: OrderPuzzle, given: Sequence[object]) -> CheckResult:
+    order = [str(label).strip().upper() for label in given]
+    wrong_form = _form(puzzle, order)
+    if wrong_form is not None:
+        return CheckResult(puzzle.exercise, "incorrect", f"[{puzzle.exercise}] not yet: {wrong_form}")
+    return escalate(_judge(puzzle, order))
+
+
 def check_order(puzzle: OrderPuzzle, answer: object, *, verbose: bool = True) -> CheckResult:
     """Check ``answer``, the learner's order of ``puzzle``'s lines: a list (or tuple) of their labels, first line
     first, or a function of no arguments returning one (``None`` or ``...`` until filled in). Prints the message
     when ``verbose`` and returns the :class:`CheckResult`; an answer of another type is a ``TypeError``."""
     exercise = puzzle.exercise
-    result: CheckResult | None = None
     if answer is None or answer is Ellipsis:
         result = CheckResult(
             exercise,
@@ -229,126 +235,28 @@ def check_order(puzzle: OrderPuzzle, answer: object, *, verbose: bool = True) ->
             f"[{exercise}] not attempted yet: replace None by your order, the lines' labels first line first, or "
             "arrange the lines above and press Check.",
         )
-    elif callable(answer):
+    elif isinstance(answer, (list, tuple)):
+        result = _checked(puzzle, answer)
+    elif not callable(answer):
+        raise TypeError(
+            "learner must be a function returning your order, or the order itself: a list of the lines' labels "
+            f"such as {list(puzzle.lines)[:2]!r} and the rest, got {type(answer).__name__}"
+        )
+    else:
         # A stub, an error, a loop or a forgotten `return` is told as every checker tells it.
         ran = judge(exercise, answer, lambda: list(puzzle.solution), [Case(())])
         told = ran.status in ("not_attempted", "error") or ran.misconception == STATE_CHANGED
         if told or (ran.status == "incorrect" and ran.message):
             result = escalate(ran)
+        elif isinstance(given := answer(), (list, tuple)):
+            result = _checked(puzzle, given)
         else:
-            answer = answer()
-            if not isinstance(answer, (list, tuple)):
-                result = CheckResult(
-                    exercise,
-                    "incorrect",
-                    f"[{exercise}] not yet: your function returned a {type(answer).__name__}; return the list of the "
-                    "lines' labels, first line first.",
-                )
-    elif not isinstance(answer, (list, tuple)):
-        raise TypeError(
-            "learner must be a function returning your order, or the order itself: a list of the lines' labels "
-            f"such as {list(puzzle.lines)[:2]!r} and the rest, got {type(answer).__name__}"
-        )
-    if result is None:
-        order = [str(label).strip().upper() for label in cast("Sequence[object]", answer)]
-        wrong_form = _form(puzzle, order)
-        if wrong_form is not None:
-            result = CheckResult(exercise, "incorrect", f"[{exercise}] not yet: {wrong_form}")
-        else:
-            result = escalate(_judge(puzzle, order))
+            result = CheckResult(
+                exercise,
+                "incorrect",
+                f"[{exercise}] not yet: your function returned a {type(given).__name__}; return the list of the "
+                "lines' labels, first line first.",
+            )
     if verbose:
         print(result.message)
     return result
-
-
-#: The style of an ordering exercise: code in a fixed-width font, one line per row.
-_STYLE = (
-    "<style>.mhsa-order-line { font-family: var(--jp-code-font-family, monospace); font-size: 13px; "
-    "white-space: pre; } .mhsa-order-feedback { white-space: pre-wrap; max-width: 100ch; }</style>"
-)
-
-
-class OrderExercise(widgets.VBox):
-    """The lines of ``puzzle`` to arrange with the mouse or the keyboard, and a "Check" button that calls
-    ``check(order)`` (the exercise's checker). ``order`` is the order shown now; ``result`` the last check's.
-
-    Each row has its own "↑" and "↓" buttons (plain buttons: Tab reaches them and Enter presses them, where
-    JupyterLab keeps the arrow keys for moving between cells); a line moved up lands in the row above, whose
-    buttons are one Shift+Tab pair back."""
-
-    def __init__(self, puzzle: OrderPuzzle, check: Callable[..., CheckResult]) -> None:
-        self.puzzle = puzzle
-        self.order = list(puzzle.lines)
-        self.result: CheckResult | None = None
-        self._check = check
-        self.codes = [widgets.HTML() for _ in self.order]
-        rows = []
-        for row, code in enumerate(self.codes):
-            code.add_class("mhsa-order-line")
-            up, down = (
-                widgets.Button(description=arrow, tooltip=f"Move this line {way}", layout=widgets.Layout(width="2.5em"))
-                for arrow, way in (("↑", "up"), ("↓", "down"))
-            )
-            up.on_click(lambda _, row=row: self.move(self.order[row], -1))
-            down.on_click(lambda _, row=row: self.move(self.order[row], +1))
-            rows.append(widgets.HBox([up, down, code]))
-            rows[-1].add_class("mhsa-order-row")
-        self.rows = widgets.VBox(rows)
-        self.buttons = {
-            name: widgets.Button(description=name, tooltip=tip, layout=widgets.Layout(width="auto"))
-            for name, tip in (
-                ("Check", "Run the lines in this order and compare with the recipe"),
-                ("Hint", "The next clue about the last check"),
-                ("Reveal", "The fix for the last check"),
-            )
-        }
-        self.buttons["Check"].on_click(lambda _: self.check())
-        self.buttons["Hint"].on_click(lambda _: self._tell("hint"))
-        self.buttons["Reveal"].on_click(lambda _: self._tell("reveal"))
-        self.answer = widgets.HTML()
-        self.answer.add_class("mhsa-order-answer")
-        self.feedback = widgets.HTML("")
-        self.feedback.add_class("mhsa-order-feedback")
-        self._show()
-        super().__init__(
-            [widgets.HTML(_STYLE), self.rows, widgets.HBox(list(self.buttons.values())), self.answer, self.feedback]
-        )
-        self.add_class("mhsa-order-exercise")
-
-    def _show(self) -> None:
-        for code, label in zip(self.codes, self.order, strict=True):
-            code.value = f"{label}   {html.escape(self.puzzle.lines[label])}"
-        self.answer.value = f"Your order: <code>{html.escape(repr(self.order))}</code>"
-
-    def move(self, label: str, step: int) -> None:
-        """Move line ``label`` ``step`` places (-1 up, +1 down), within the first and last rows."""
-        i = self.order.index(label)
-        j = min(max(i + step, 0), len(self.order) - 1)
-        self.order.insert(j, self.order.pop(i))
-        self._show()
-
-    def check(self) -> CheckResult:
-        """Check the order shown, as ``check(order)`` in a cell does, and show what it says."""
-        self.result = self._check(list(self.order), verbose=False)
-        self.feedback.value = html.escape(self.result.message)
-        return self.result
-
-    def _tell(self, request: str) -> None:
-        if self.result is None:
-            self.feedback.value = "Check your order first."
-            return
-        said = io.StringIO()
-        with contextlib.redirect_stdout(said):
-            getattr(self.result, request)()
-        self.feedback.value = html.escape(said.getvalue().strip())
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The live list for a running kernel, and the lines as text for every renderer without one."""
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle is None:
-            return None
-        listing = self.puzzle.listing()
-        note = "(With a running kernel these lines can be arranged here; or write your order in the next cell.)"
-        bundle["text/plain"] = f"{listing}\n{note}"
-        bundle["text/html"] = f"<pre>{html.escape(listing)}</pre><p><em>{html.escape(note)}</em></p>"
-        return bundle, {}

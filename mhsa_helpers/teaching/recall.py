@@ -69,7 +69,7 @@ def _given(answer: Any, truth: Any) -> Any:
 
 def _right(given: Any, truth: Any) -> bool:
     if isinstance(truth, float):
-        return math.isclose(given, truth, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+        return math.isclose(given, truth, rel_tol=RELATIVE_TOLERANCE)
     return bool(given == truth)
 
 
@@ -90,7 +90,7 @@ def _not_right(given: Any, truth: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else repr(value)
 
 
 def check_recall(exercise: str, questions: Sequence[Question], answers: object, *, verbose: bool = True) -> CheckResult:
@@ -114,7 +114,7 @@ def check_recall(exercise: str, questions: Sequence[Question], answers: object, 
             print(result.message)
         return result
     told, named, fixes, wrong = [], [], [], []
-    for n, question in zip(expected, questions, strict=True):
+    for n, question in enumerate(questions, start=1):
         truth, answer = question.truth(), answers[n]
         because = question.reason[0].upper() + question.reason[1:]
         right_answer = f"{n}: {_shown(truth)}. {because}"

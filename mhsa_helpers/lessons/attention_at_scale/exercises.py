@@ -18,7 +18,8 @@ import torch
 from ...heads import repeat_kv
 from ...kv_cache_memory import kv_cache_bytes
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
+from ...teaching.order_widget import OrderExercise
+from ...teaching.ordering import MisOrder, OrderPuzzle, check_order
 from ...tiled_attention import OnlineSoftmaxState, online_softmax_update
 
 __all__ = [

@@ -17,7 +17,8 @@ import torch
 from ... import RotaryEmbedding, causal_mask, merge_heads, scaled_dot_product_attention, split_heads
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 from ...teaching.modules import CAUSAL_CONTRACT, CAUSAL_SETTINGS, check_module
-from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
+from ...teaching.order_widget import OrderExercise
+from ...teaching.ordering import MisOrder, OrderPuzzle, check_order
 from ...teaching.predictions import check_prediction
 
 __all__ = [

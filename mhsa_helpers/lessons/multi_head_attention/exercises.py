@@ -24,7 +24,8 @@ from ...attention import attend
 from ...masking import causal_mask
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 from ...teaching.modules import MULTI_HEAD_CONTRACT, Call, ModuleSetting, check_module
-from ...teaching.ordering import MisOrder, OrderExercise, OrderPuzzle, check_order
+from ...teaching.order_widget import OrderExercise
+from ...teaching.ordering import MisOrder, OrderPuzzle, check_order
 from ...teaching.predictions import check_prediction
 
 __all__ = [
