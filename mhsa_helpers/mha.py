@@ -176,18 +176,19 @@ class MultiHeadSelfAttention(nn.Module):
         # Split into heads.                                  (batch, heads | kv_heads, seq, d_head)
         q, k, v = split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
         if self.rope is not None and not in_cache:  # rotate queries and keys (never values) by their positions
-            if token_positions is None:  # the new tokens come after the cached ones
-                token_positions = torch.arange(past, past + seq, device=x.device)
+            if token_positions is None:  # the new tokens come after the cached ones: positions known on the host
+                cos, sin = self.rope.angles_at(past, seq)
             elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
-                token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
-            cos, sin = self.rope.angles_for(token_positions)
+                cos, sin = self.rope.angles_for(token_positions.expand(x.shape[:-1]).unsqueeze(-2))
+            else:
+                cos, sin = self.rope.angles_for(token_positions)
             q, k = apply_rotary(q, cos, sin, self.rope.convention), apply_rotary(k, cos, sin, self.rope.convention)
         # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
         if cache is not None:
             k, v = cache.extended(k, v)
         k_rotated = k
         if self.rope is not None and in_cache:  # StreamingLLM: keys held before RoPE, rotated by their slots
-            cos, sin = self.rope.angles_for(torch.arange(k.shape[-2], device=x.device))
+            cos, sin = self.rope.angles_at(0, k.shape[-2])
             q = apply_rotary(q, cos[-seq:], sin[-seq:], self.rope.convention)
             k_rotated = apply_rotary(k, cos, sin, self.rope.convention)
         # Attend, every head on its own; a key/value head serves `groups` query heads.
@@ -267,7 +268,7 @@ def multi_head_self_attention(
     expect_token_positions(token_positions, x, rope_on=rope_base is not None)
     if rope_base is not None and max_seq_len is not None:
         expect_positions_below(
-            torch.arange(0) if token_positions is None else token_positions,
+            token_positions,
             expect_int("max_seq_len", max_seq_len),
             0,
             x.shape[-2] - 1,

