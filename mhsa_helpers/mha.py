@@ -176,12 +176,10 @@ class MultiHeadSelfAttention(nn.Module):
         # Split into heads.                                  (batch, heads | kv_heads, seq, d_head)
         q, k, v = split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
         if self.rope is not None and not in_cache:  # rotate queries and keys (never values) by their positions
-            if token_positions is None:  # the new tokens come after the cached ones: positions known on the host
+            if token_positions is None:  # the new tokens come after the cached ones: positions counted on the host
                 cos, sin = self.rope.angles_at(past, seq)
-            elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
+            else:  # (seq,) or (batch, seq) -> (batch, 1, seq): the same for every head
                 cos, sin = self.rope.angles_for(token_positions.expand(x.shape[:-1]).unsqueeze(-2))
-            else:
-                cos, sin = self.rope.angles_for(token_positions)
             q, k = apply_rotary(q, cos, sin, self.rope.convention), apply_rotary(k, cos, sin, self.rope.convention)
         # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
         if cache is not None:
