@@ -8,12 +8,15 @@ is driven as a learner drives it (select, move, check, hint).
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 import mhsa_helpers as mh
 from mhsa_helpers.lessons import LESSONS
@@ -343,6 +346,8 @@ def test_without_a_kernel_the_widget_shows_its_lines_as_text():
         "B  q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T",
     ]
     assert "<pre>A  weights = torch.softmax(scores, dim=-1)" in bundle["text/html"]
+    picture = base64.b64decode(bundle["image/png"])  # what GitHub and nbviewer show
+    assert picture.startswith(b"\x89PNG") and Image.open(io.BytesIO(picture)).size[1] > 8 * 40
     assert "application/vnd.jupyter.widget-view+json" in bundle
 
 

@@ -11,6 +11,7 @@ tested in Python and in a real JupyterLab (``tests/browser/test_jupyterlab.py``)
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import html
 import io
@@ -18,11 +19,17 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from .checking import CheckResult
+from .explorer import DPI
 from .ordering import OrderPuzzle
 
-__all__ = ["OrderExercise"]
+__all__ = ["STATIC_NOTE", "OrderExercise"]
+
+#: The line under the lines where no kernel runs the exercise.
+STATIC_NOTE = "A picture of the exercise: its lines move with a running kernel; or write your order in the next cell."
 
 #: The style of an ordering exercise: code in a fixed-width font, one line per row.
 _STYLE = (
@@ -101,13 +108,28 @@ class OrderExercise(widgets.VBox):
             getattr(self.result, request)()
         self.feedback.value = html.escape(said.getvalue().strip())
 
+    def static_png(self) -> bytes:
+        """The lines as shown, with the note that arranging them needs a running kernel: the picture shown where
+        the widget cannot be (PNG bytes)."""
+        lines = self.puzzle.listing().splitlines()
+        height = 0.22 * (len(lines) + 2)
+        figure = Figure(figsize=(0.08 * max(len(line) for line in [*lines, STATIC_NOTE]), height), dpi=DPI)
+        FigureCanvasAgg(figure)
+        for row, line in enumerate(lines):
+            figure.text(0.01, 1 - (row + 0.8) / (len(lines) + 2), line, family="monospace", fontsize=9, va="center")
+        figure.text(0.01, 0.7 / (len(lines) + 2), STATIC_NOTE, fontsize=8, style="italic", color="#555555")
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=DPI)
+        return buffer.getvalue()
+
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The live list for a running kernel, and the lines as text for every renderer without one."""
+        """The live list for a running kernel; for every renderer without one (GitHub, nbviewer, the website), a
+        picture of the lines, and the lines as text."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         listing = self.puzzle.listing()
-        note = "(With a running kernel these lines can be arranged here; or write your order in the next cell.)"
-        bundle["text/plain"] = f"{listing}\n{note}"
-        bundle["text/html"] = f"<pre>{html.escape(listing)}</pre><p><em>{html.escape(note)}</em></p>"
+        bundle["text/plain"] = f"{listing}\n{STATIC_NOTE}"
+        bundle["text/html"] = f"<pre>{html.escape(listing)}</pre><p><em>{html.escape(STATIC_NOTE)}</em></p>"
+        bundle["image/png"] = base64.b64encode(self.static_png()).decode("ascii")
         return bundle, {}

@@ -115,16 +115,15 @@ def _difference(got: torch.Tensor, expected: torch.Tensor) -> str | None:
     return f"the result differs from the recipe's by up to {float(gap.max()):.3g}"
 
 
-def _outcome(puzzle: OrderPuzzle, order: Sequence[str]) -> tuple[str, bool] | None:
-    """None when ``order`` gives the solution's result on every input, else what went wrong (on the first input
-    where something did) and whether the run stopped there."""
-    for seed in puzzle.seeds:
-        expected = _run(puzzle, puzzle.solution, seed)
+def _outcome(puzzle: OrderPuzzle, order: Sequence[str], expected: Sequence[torch.Tensor]) -> tuple[str, bool] | None:
+    """None when ``order`` gives the ``expected`` results (the solution's, one per seed), else what went wrong (on
+    the first input where something did) and whether the run stopped there."""
+    for seed, result in zip(puzzle.seeds, expected, strict=True):
         try:
             got = _run(puzzle, order, seed)
         except _Failed as failed:
             return f"run in your order, {failed}", True
-        difference = _difference(got, expected)
+        difference = _difference(got, result)
         if difference is not None:
             return f"run in your order, {difference}", False
     return None
@@ -147,13 +146,13 @@ def _form(puzzle: OrderPuzzle, order: Sequence[str]) -> str | None:
     return f"your order {' and '.join(parts)}: every line is used exactly once." if parts else None
 
 
-def _one_move(puzzle: OrderPuzzle, order: list[str]) -> str | None:
+def _one_move(puzzle: OrderPuzzle, order: list[str], expected: Sequence[torch.Tensor]) -> str | None:
     """The one move of one line that makes ``order`` right, in words; None when no single move does."""
     for label in order:
         rest = [other for other in order if other != label]
         for place in range(len(order)):
             moved = [*rest[:place], label, *rest[place:]]
-            if moved != order and _outcome(puzzle, moved) is None:
+            if moved != order and _outcome(puzzle, moved, expected) is None:
                 after = f"right after line {rest[place - 1]}" if place else "first"
                 return f"move line {label} (`{puzzle.lines[label]}`) to come {after}."
     return None
@@ -161,7 +160,10 @@ def _one_move(puzzle: OrderPuzzle, order: list[str]) -> str | None:
 
 def _judge(puzzle: OrderPuzzle, order: list[str]) -> CheckResult:
     exercise = puzzle.exercise
-    outcome = _outcome(puzzle, order)
+    # The solution's results, run once: every order tried below (the learner's, each one-line move) is compared
+    # with them.
+    expected = [_run(puzzle, puzzle.solution, seed) for seed in puzzle.seeds]
+    outcome = _outcome(puzzle, order, expected)
     if outcome is None:
         note = ""
         if order != list(puzzle.solution):
@@ -172,7 +174,7 @@ def _judge(puzzle: OrderPuzzle, order: list[str]) -> CheckResult:
     what, stopped = outcome
     position = {label: i for i, label in enumerate(order)}
     misplaced = [m for m in puzzle.misorders if position[m.then] < position[m.first]]
-    move = _one_move(puzzle, order)
+    move = _one_move(puzzle, order, expected)
     if not misplaced:
         if move:
             fix = f"[{exercise}] {move[0].upper()}{move[1:]}"

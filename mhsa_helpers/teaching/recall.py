@@ -76,7 +76,8 @@ def _right(given: Any, truth: Any) -> bool:
 def _slip(question: Question, given: Any, truth: Any) -> str | None:
     """The wrong reasoning that gives ``given``, when it is a listed one."""
     for value, reasoning in question.slips.items():
-        if _given(value, truth) is not None and _right(given, _given(value, truth)):
+        slip = _given(value, truth)
+        if slip is not None and _right(given, slip):
             return reasoning
     return None
 
