@@ -124,12 +124,12 @@ class OrderExercise(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """The live list for a running kernel; for every renderer without one (GitHub, nbviewer, the website), a
-        picture of the lines, and the lines as text."""
+        picture of the lines, as an explorer gives its figure (an HTML rendering would be preferred to it by
+        nbconvert and nbviewer), and the lines as text."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         listing = self.puzzle.listing()
         bundle["text/plain"] = f"{listing}\n{STATIC_NOTE}"
-        bundle["text/html"] = f"<pre>{html.escape(listing)}</pre><p><em>{html.escape(STATIC_NOTE)}</em></p>"
         bundle["image/png"] = base64.b64encode(self.static_png()).decode("ascii")
         return bundle, {}
