@@ -10,6 +10,9 @@
   benchmark plots;
 * :mod:`~mhsa_helpers.teaching.diagrams` — schematic diagrams of shapes and data flow (tensors as
   grids of cells, operations, arrows).
+* :mod:`~mhsa_helpers.teaching.mine` — the learner's own attention, carried from notebook to notebook
+  in ``my_attention.py``: ``save_mine``, ``load_mine`` (with the package's stand-ins) and the
+  ``%%my_attention`` cell that pastes it in on Colab.
 
 and the bases that a few lessons share (a lesson never imports another lesson):
 
