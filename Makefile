@@ -107,10 +107,15 @@ typecheck: setup
 
 # nbclient's `jupyter execute` runs each notebook top to bottom in a fresh kernel started in
 # the notebook's folder and writes it back only if no cell failed; nbstripout then cleans the metadata.
+# The lesson notebooks are committed as a new learner runs them, with no notebooks/my_attention.py (the file a
+# learner's own code is saved in): one there would be loaded into their outputs.
 notebooks: setup
 ifeq ($(strip $(NOTEBOOKS)),)
 	@echo "No notebooks to execute."
 else
+	@if [ -e notebooks/my_attention.py ]; then \
+		echo "notebooks/my_attention.py holds a learner's own code: move it away before executing the notebooks"; \
+		exit 1; fi
 	env $(KERNEL_ENV) $(VENV)/bin/jupyter execute --inplace --kernel_name=python3 --timeout=600 \
 		--startup_timeout=120 $(NOTEBOOKS)
 	$(MAKE) --no-print-directory clean-notebook-metadata NOTEBOOKS="$(NOTEBOOKS)"

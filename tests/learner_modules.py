@@ -27,13 +27,14 @@ def merge(x, *, reshape_only=False):
 
 
 def multi_head_module(**slip):
-    """A MyMultiHeadAttention(d_in, d_model, num_heads) with the slips named in ``slip``."""
+    """A MyMultiHeadAttention(d_model, num_heads, *, d_in=None, bias=True) with the slips named in ``slip``."""
 
     class MyMultiHeadAttention(nn.Module):
-        def __init__(self, d_in, d_model, num_heads):
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
             super().__init__()
-            bias = not slip.get("no_bias", False)
-            d_in = d_model if slip.get("d_in_ignored") else d_in
+            d_in = d_model if d_in is None or slip.get("d_in_ignored") else d_in
+            bias = False if slip.get("no_bias") else bias  # no layer with a bias, whatever bias says
+            bias = True if slip.get("bias_ignored") else bias
             self.w_q, self.w_k, self.w_v = (nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
             self.w_o = nn.Linear(d_model, d_model, bias=bias)
             self.num_heads = num_heads

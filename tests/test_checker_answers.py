@@ -122,10 +122,11 @@ def attend_with_cache(q_new, k_new, v_new, cached_k, cached_v, rope):
 
 
 class MyMultiHeadAttention(torch.nn.Module):
-    def __init__(self, d_in, d_model, num_heads):
+    def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
         super().__init__()
-        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_in, d_model) for _ in range(3))
-        self.w_o = torch.nn.Linear(d_model, d_model)
+        d_in = d_model if d_in is None else d_in
+        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
+        self.w_o = torch.nn.Linear(d_model, d_model, bias=bias)
         self.num_heads = num_heads
 
     def forward(self, x):
@@ -134,13 +135,10 @@ class MyMultiHeadAttention(torch.nn.Module):
         return self.w_o(merge_heads(torch.softmax(scores, dim=-1) @ v))
 
 
-class MyCausalSelfAttention(torch.nn.Module):
+class MyCausalSelfAttention(MyMultiHeadAttention):  # notebook 04's module, with a keyword more
     def __init__(self, d_model, num_heads, *, d_in=None, bias=True, rope_base=10000.0):
-        super().__init__()
-        d_in = d_model if d_in is None else d_in
-        self.w_q, self.w_k, self.w_v = (torch.nn.Linear(d_in, d_model, bias=bias) for _ in range(3))
-        self.w_o = torch.nn.Linear(d_model, d_model, bias=bias)
-        self.num_heads, self.d_head, self.rope_base = num_heads, d_model // num_heads, rope_base
+        super().__init__(d_model, num_heads, d_in=d_in, bias=bias)
+        self.d_head, self.rope_base = d_model // num_heads, rope_base
 
     def forward(self, x, cache=None, need_weights=False):
         seq = x.shape[-2]

@@ -122,7 +122,7 @@ def test_where_to_look_in_a_module_without_mask_or_rope_names_neither():
             return super().forward(x) * 1.1
 
     assert check(Scaled, ONE, MULTI_HEAD_CONTRACT).message == (
-        "[ex] not yet: with Scaled(8, 8, 2), case 'x (2, 5, 8), full pass' differs from the reference (largest "
+        "[ex] not yet: with Scaled(8, 2), case 'x (2, 5, 8), full pass' differs from the reference (largest "
         f"difference 0.223). {ISOLATED}, with every score equal (W_Q = W_K = 0), your module's output already "
         "differs: look at the split into heads, the merge and W_O."
     )
@@ -220,7 +220,7 @@ class GradOff(causal_module()):
 
 class NoCache(multi_head_module()):
     def __init__(self, d_model, num_heads, **kwargs):
-        super().__init__(d_model, d_model, num_heads)
+        super().__init__(d_model, num_heads)
 
 
 RAISES_LINE = inspect.getsourcelines(Raises.__init__)[1] + 2
@@ -413,9 +413,9 @@ class GradientScaled(nn.Linear):
 
 def with_value_layer(layer_class):
     class Module(multi_head_module()):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__(d_in, d_model, num_heads)
-            self.w_v = layer_class(d_in, d_model)
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
+            super().__init__(d_model, num_heads, d_in=d_in, bias=bias)
+            self.w_v = layer_class(d_in or d_model, d_model, bias=bias)
 
     return Module
 
@@ -446,9 +446,9 @@ def test_no_gradient_to_the_key_weight_is_named_though_the_key_bias_needs_none()
             return super().forward(x).detach()
 
     class Module(multi_head_module()):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__(d_in, d_model, num_heads)
-            self.w_k = Detached(d_in, d_model)
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
+            super().__init__(d_model, num_heads, d_in=d_in, bias=bias)
+            self.w_k = Detached(d_in or d_model, d_model, bias=bias)
 
     result = check(Module, ONE, MULTI_HEAD_CONTRACT)
     assert result.exercise == "ex"
@@ -487,7 +487,7 @@ def test_check_module_prints_its_message_by_default_and_refuses_what_is_not_a_cl
 
 
 def test_projection_names_what_was_there_instead_of_the_layer():
-    module = multi_head_module()(4, 4, 2)
+    module = multi_head_module()(4, 2)
     module.w_o = nn.Conv1d(4, 4, 1)
     with pytest.raises(TypeError) as error:
         projection(module, "w_o")

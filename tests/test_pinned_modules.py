@@ -45,8 +45,8 @@ def test_gradients_that_do_not_reach_a_weight_are_named_with_the_weight():
 
 def test_a_layer_kept_outside_the_modules_parameters_is_told_the_optimizer_would_miss_it():
     class Hidden(multi_head_module()):
-        def __init__(self, d_in, d_model, num_heads):
-            super().__init__(d_in, d_model, num_heads)
+        def __init__(self, d_model, num_heads, **kwargs):
+            super().__init__(d_model, num_heads, **kwargs)
             layer = self.w_o
             del self.w_o
             object.__setattr__(self, "w_o", layer)  # an attribute, not a registered submodule
@@ -72,7 +72,7 @@ def test_a_backward_that_fails_is_reported_at_the_learners_line():
 
 
 def test_projection_names_the_missing_layer_and_what_was_there():
-    module = multi_head_module()(4, 4, 2)
+    module = multi_head_module()(4, 2)
     assert projection(module, "w_k") is module.w_k
     with pytest.raises(TypeError) as error:
         projection(nn.Module(), "w_o")
@@ -87,8 +87,9 @@ def test_projection_names_the_missing_layer_and_what_was_there():
 
 def test_module_is_written_says_what_to_do_until_the_class_runs(capsys):
     line = (
-        "MyCausalSelfAttention is not written yet (still the placeholder, or it raises NotImplementedError): paste "
-        "your class from notebook 06 into the cell above and run this cell again. Nothing was run.\n"
+        "MyCausalSelfAttention is not written yet (there is none, or it raises NotImplementedError): write it in "
+        "notebook 06 and save it there with save_mine (on Colab, paste your my_attention.py into the cell above), "
+        "then run this cell again. Nothing was run.\n"
     )
     assert module_is_written(None) is False and capsys.readouterr().out == line
 

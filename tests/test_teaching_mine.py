@@ -326,7 +326,9 @@ def test_show_mine_prints_the_file(here, capsys):
 def test_the_paste_cell_writes_what_is_pasted_and_nothing_else(here, capsys):
     comments = "# On Colab only: paste your my_attention.py below these lines\n#\n\n"
     paste_mine("", comments)
-    assert capsys.readouterr().out == "Nothing pasted: there is no my_attention.py here.\n"
+    assert capsys.readouterr().out == (
+        "Nothing pasted, and there is no my_attention.py here yet: the package's pieces stand in for yours.\n"
+    )
     assert not (here / "my_attention.py").exists()
     paste_mine("", comments + SDPA.replace("import", ""))
     assert capsys.readouterr().out == "Wrote my_attention.py (10 lines): the cells below load from it.\n"

@@ -330,9 +330,9 @@ class Tripled(torch.nn.Linear):
 
 
 class QueriesTripled(multi_head_module()):
-    def __init__(self, d_in, d_model, num_heads):
-        super().__init__(d_in, d_model, num_heads)
-        self.w_q = Tripled(d_in, d_model)
+    def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
+        super().__init__(d_model, num_heads, d_in=d_in, bias=bias)
+        self.w_q = Tripled(d_in or d_model, d_model, bias=bias)
 
 
 class OffAfterTwo(causal_module()):
@@ -441,8 +441,8 @@ def test_a_module_that_leaves_out_what_no_gradient_reaches_in_theory_is_right():
             return torch.nn.functional.linear(x, self.weight)
 
     class WithoutKeyBias(multi_head_module()):
-        def __init__(self, *args):
-            super().__init__(*args)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             self.w_k.__class__ = WeightAlone  # its bias stays a parameter, and is never used
 
     setting = (ModuleSetting(8, 8, 2, calls=(Call("full", 2, 5),)),)
@@ -605,7 +605,7 @@ def test_the_package_module_for_notebook_11s_setting_shares_key_value_heads():
 
 def test_a_module_without_a_name_of_its_own_is_described_by_the_contracts_class():
     assert ModuleSetting(8, 8, 2).describe(CAUSAL_CONTRACT, "") == "MyCausalSelfAttention(8, 2)"
-    assert ModuleSetting(4, 8, 2).describe(MULTI_HEAD_CONTRACT, "") == "MyMultiHeadAttention(4, 8, 2)"
+    assert ModuleSetting(4, 8, 2).describe(MULTI_HEAD_CONTRACT, "") == "MyMultiHeadAttention(8, 2, d_in=4)"
 
 
 @pytest.mark.parametrize(
@@ -625,6 +625,14 @@ def test_a_module_without_a_name_of_its_own_is_described_by_the_contracts_class(
 )  # fmt: skip
 def test_a_setting_is_described_as_the_call_that_builds_it(setting, described):
     assert setting.describe(CAUSAL_CONTRACT, "Mine") == described
+
+
+def test_notebook_04s_setting_is_described_with_the_same_keywords_and_no_rope_base():
+    assert ModuleSetting(8, 8, 2).describe(MULTI_HEAD_CONTRACT, "Mine") == "Mine(8, 2)"
+    assert (
+        ModuleSetting(12, 8, 2, bias=False, rope_base=500.0, dtype=torch.float64).describe(MULTI_HEAD_CONTRACT, "Mine")
+        == "Mine(8, 2, d_in=12, bias=False) in float64"
+    )
 
 
 def test_token_by_token_gives_one_tensor_of_every_position_as_the_full_pass_does():
@@ -666,3 +674,11 @@ def test_notebook_06s_module_is_built_as_the_notebook_calls_it_with_keywords_onl
         (8, 2),
         {"d_in": 6, "bias": False, "rope_base": 500.0},
     )
+
+
+def test_notebook_04s_module_is_built_with_the_same_keywords_but_never_a_rope_base():
+    def recorded(*args, **kwargs):
+        return args, kwargs
+
+    assert MULTI_HEAD_CONTRACT.build(recorded, 8, 8, 2, True, 10000.0) == ((8, 2), {})
+    assert MULTI_HEAD_CONTRACT.build(recorded, 6, 8, 2, False, 500.0) == ((8, 2), {"d_in": 6, "bias": False})

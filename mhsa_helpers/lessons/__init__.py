@@ -237,7 +237,7 @@ LESSONS: tuple[Lesson, ...] = (
                 "Your own multi-head attention module", "build", 3, multi_head_attention.check_my_multi_head_attention
             ),
         ),
-        reading_minutes=25,
+        reading_minutes=30,
         summary=(
             "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV "
             "layouts, `nn.MultiheadAttention`"
@@ -279,7 +279,7 @@ LESSONS: tuple[Lesson, ...] = (
                 causal_mhsa_with_rope.check_my_causal_self_attention,
             ),
         ),
-        reading_minutes=30,
+        reading_minutes=35,
         summary=(
             "the whole attention layer, the functional and module interfaces, incremental decoding with a KV "
             "cache, cost versus length, the Transformer block around it"

@@ -374,8 +374,10 @@ def paste_mine(line: str, cell: str, *, path: str | os.PathLike[str] = MY_FILE) 
     where = Path(path)
     code = [text for text in cell.splitlines() if text.strip() and not text.lstrip().startswith("#")]
     if not code:
-        there = f"the cells below load {where.name} as it is" if where.exists() else f"there is no {where.name} here"
-        print(f"Nothing pasted: {there}.")
+        if where.exists():
+            print(f"Nothing pasted: the cells below load {where.name} as it is.")
+        else:
+            print(f"Nothing pasted, and there is no {where.name} here yet: the package's pieces stand in for yours.")
         return
     try:
         ast.parse(cell)

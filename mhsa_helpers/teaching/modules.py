@@ -281,30 +281,31 @@ class Contract:
         )  # fmt: skip
 
 
-def _build_multi_head(learner: Any, d_in: int, d_model: int, num_heads: int, bias: bool, rope_base: float) -> Any:
-    return learner(d_in, d_model, num_heads)
-
-
-def _build_causal(learner: Any, d_in: int, d_model: int, num_heads: int, bias: bool, rope_base: float) -> Any:
+def _build_with_keywords(
+    learner: Any, d_in: int, d_model: int, num_heads: int, bias: bool, rope_base: float, *, rope: bool = False
+) -> Any:
+    """``learner(d_model, num_heads)`` as notebooks 04 and 06 write it, with a keyword only where the setting
+    differs from its default: ``d_in``, ``bias=False``, and ``rope_base`` for a module with RoPE (``rope``)."""
     kwargs: dict[str, Any] = {}
     if d_in != d_model:
         kwargs["d_in"] = d_in
     if not bias:
         kwargs["bias"] = False
-    if rope_base != 10000.0:
+    if rope and rope_base != 10000.0:
         kwargs["rope_base"] = rope_base
     return learner(d_model, num_heads, **kwargs)
 
 
-#: Notebook 04's ``MyMultiHeadAttention(d_in, d_model, num_heads)``: biases, no mask, no positions.
+#: Notebook 04's ``MyMultiHeadAttention(d_model, num_heads, *, d_in=None, bias=True)``: no mask, no positions.
 MULTI_HEAD_CONTRACT = Contract(
-    "MyMultiHeadAttention(d_in, d_model, num_heads)", _build_multi_head, load_package_weights
+    "MyMultiHeadAttention(d_model, num_heads, *, d_in=None, bias=True)", _build_with_keywords, load_package_weights
 )
 
-#: Notebook 06's ``MyCausalSelfAttention``: causal, RoPE on interleaved pairs, a cache; notebooks 07 and 11 use it.
+#: Notebook 06's ``MyCausalSelfAttention``: notebook 04's constructor plus ``rope_base``; causal, RoPE on
+#: interleaved pairs, a cache; notebooks 07 and 11 use it.
 CAUSAL_CONTRACT = Contract(
     "MyCausalSelfAttention(d_model, num_heads, *, d_in=None, bias=True, rope_base=10000.0)",
-    _build_causal,
+    functools.partial(_build_with_keywords, rope=True),
     copy_package_weights,
     causal=True,
     rope=True,
@@ -880,13 +881,10 @@ class ModuleSetting:
 
     def describe(self, contract: Contract, name: str) -> str:
         head = contract.signature.split("(", 1)[0]
-        if contract is MULTI_HEAD_CONTRACT:
-            shown = f"{self.d_in}, {self.d_model}, {self.num_heads}"
-        else:
-            extra = [f"d_in={self.d_in}"] if self.d_in != self.d_model else []
-            extra += ["bias=False"] if not self.bias else []
-            extra += [f"rope_base={self.rope_base:g}"] if self.rope_base != 10000.0 else []
-            shown = ", ".join([str(self.d_model), str(self.num_heads), *extra])
+        extra = [f"d_in={self.d_in}"] if self.d_in != self.d_model else []
+        extra += ["bias=False"] if not self.bias else []
+        extra += [f"rope_base={self.rope_base:g}"] if contract.rope and self.rope_base != 10000.0 else []
+        shown = ", ".join([str(self.d_model), str(self.num_heads), *extra])
         text = f"{name if name else head}({shown})"
         if self.kv_heads == 1:
             text += " holding weights whose one key/value head is shared by every query head"
@@ -928,7 +926,7 @@ def _drawn_settings(learner: Any, contract: Contract) -> list[ModuleSetting]:
     settings = []
     for dtype in (torch.float32, torch.float64):
         heads, d_head = pick((1, 2, 3, 4)), pick((2, 4, 6))
-        d_in = pick((3, 5, 7, 12)) if contract is not MULTI_HEAD_CONTRACT or pick((True, False)) else heads * d_head
+        d_in = pick((3, 5, 7, 12))
         seq = pick((3, 5, 6, 9))
         split = pick(range(1, seq))
         calls = [Call("full", pick((1, 2, 3)), seq), Call("again", 2, seq)]
@@ -939,7 +937,7 @@ def _drawn_settings(learner: Any, contract: Contract) -> list[ModuleSetting]:
                 d_in,
                 heads * d_head,
                 heads,
-                bias=pick((True, False)) if contract.cache else True,
+                bias=pick((True, False)),
                 rope_base=pick((10000.0, 500.0)),
                 calls=tuple(calls),
                 dtype=dtype,
@@ -1409,8 +1407,8 @@ def _diagnosed(exercise: str, learner: Any, contract: Contract, where: str) -> C
 
 def module_is_written(attention: object, name: str = "MyCausalSelfAttention") -> bool:
     """``True`` when ``attention(8, 2)`` builds a module and runs on a ``(1, 3, 8)`` input; ``False``,
-    after printing one line that says what to do, when ``attention`` is ``None`` or still raises
-    ``NotImplementedError``. Any other error is the learner's bug and is raised as it is."""
+    after printing one line that says what to do, when ``attention`` is ``None`` (the learner's file has none) or
+    still raises ``NotImplementedError``. Any other error is the learner's bug and is raised as it is."""
     if attention is None:
         written = False
     else:
@@ -1423,8 +1421,9 @@ def module_is_written(attention: object, name: str = "MyCausalSelfAttention") ->
             written = False
     if not written:
         print(
-            f"{name} is not written yet (still the placeholder, or it raises NotImplementedError): paste your "
-            "class from notebook 06 into the cell above and run this cell again. Nothing was run."
+            f"{name} is not written yet (there is none, or it raises NotImplementedError): write it in notebook 06 "
+            "and save it there with save_mine (on Colab, paste your my_attention.py into the cell above), then run "
+            "this cell again. Nothing was run."
         )
     return written
 

@@ -332,8 +332,8 @@ def check_multi_head_attention(learner: Callable[..., torch.Tensor], *, verbose:
 # ------------------------------------------------- predict: the parameter count
 
 
-#: The module of the prediction exercise: MyMultiHeadAttention(d_in, d_model, num_heads).
-PREDICTION_MODULE = (32, 64, 4)
+#: The module of the prediction exercise, MyMultiHeadAttention(64, 4, d_in=32): (d_model, num_heads, d_in).
+PREDICTION_MODULE = (64, 4, 32)
 
 
 def _parameters(d_in: int, d_model: int, *, biases: bool = True, w_o: bool = True, heads: int = 1) -> int:
@@ -342,9 +342,9 @@ def _parameters(d_in: int, d_model: int, *, biases: bool = True, w_o: bool = Tru
 
 
 def check_parameter_prediction(answer: object, *, verbose: bool = True) -> CheckResult:
-    """Check the predicted number of parameters of ``MyMultiHeadAttention(32, 64, 4)``: ``nn.Linear``
+    """Check the predicted number of parameters of ``MyMultiHeadAttention(64, 4, d_in=32)``: ``nn.Linear``
     projections ``w_q, w_k, w_v`` (32 -> 64) and ``w_o`` (64 -> 64), all with biases."""
-    d_in, d_model, heads = PREDICTION_MODULE
+    d_model, heads, d_in = PREDICTION_MODULE
     mistakes = (
         Misconception(
             "every projection counted as d_model x d_model",
@@ -376,7 +376,7 @@ def check_parameter_prediction(answer: object, *, verbose: bool = True) -> Check
         "parameter_prediction",
         answer,
         lambda: _parameters(d_in, d_model),
-        "MyMultiHeadAttention(d_in=32, d_model=64, num_heads=4)",
+        "MyMultiHeadAttention(d_model=64, num_heads=4, d_in=32)",
         mistakes,
         explain="3 × (32 · 64 + 64) for W_Q, W_K and W_V, and 64 · 64 + 64 for W_O",
         verbose=verbose,
@@ -387,25 +387,27 @@ def check_parameter_prediction(answer: object, *, verbose: bool = True) -> Check
 
 
 def _mha_settings() -> list[ModuleSetting]:
-    def setting(d_in, d_model, heads, calls):
-        return ModuleSetting(d_in, d_model, heads, calls=tuple(Call("full", batch, seq) for batch, seq in calls))
+    def setting(d_in, d_model, heads, calls, *, bias=True):
+        full_passes = tuple(Call("full", batch, seq) for batch, seq in calls)
+        return ModuleSetting(d_in, d_model, heads, bias=bias, calls=full_passes)
 
     return [
         setting(8, 8, 2, [(2, 5), (1, 1), (3, 7)]),
         setting(6, 12, 3, [(2, 4), (1, 17)]),  # d_in != d_model
-        setting(16, 16, 4, [(1, 7)]),
+        setting(16, 16, 4, [(1, 7)], bias=False),  # no bias in any of the four layers
         setting(8, 8, 1, [(2, 3)]),  # one head
     ]
 
 
 def check_my_multi_head_attention(learner: Callable[..., torch.nn.Module], *, verbose: bool = True) -> CheckResult:
-    """Check the learner's class ``MyMultiHeadAttention(d_in, d_model, num_heads)``: an ``nn.Module`` with
-    ``nn.Linear`` layers ``w_q, w_k, w_v`` (d_in -> d_model) and ``w_o`` (d_model -> d_model) whose
-    ``forward(x (batch, seq, d_in))`` returns ``(batch, seq, d_model)``, no mask.
+    """Check the learner's class ``MyMultiHeadAttention(d_model, num_heads, *, d_in=None, bias=True)``: an
+    ``nn.Module`` with ``nn.Linear`` layers ``w_q, w_k, w_v`` (d_in -> d_model, d_in = d_model when ``None``) and
+    ``w_o`` (d_model -> d_model), with biases unless ``bias=False``, whose ``forward(x (batch, seq, d_in))`` returns
+    ``(batch, seq, d_model)``, no mask.
 
-    Built at four sizes (1 to 4 heads, d_in != d_model, 1 to 17 tokens, batch 1 to 3) and two drawn for the
-    answer, with the weights of a package :class:`~mhsa_helpers.MultiHeadSelfAttention` copied in, it must
-    give the package's output; then a backward pass must reach every weight and bias
+    Built at four sizes (1 to 4 heads, d_in != d_model, one without biases, 1 to 17 tokens, batch 1 to 3) and
+    two drawn for the answer, with the weights of a package :class:`~mhsa_helpers.MultiHeadSelfAttention` copied
+    in, it must give the package's output; then a backward pass must reach every weight and bias
     (:func:`~mhsa_helpers.teaching.modules.check_module`)."""
     return check_module(
         "my_multi_head_attention",

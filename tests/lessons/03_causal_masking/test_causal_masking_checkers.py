@@ -150,6 +150,8 @@ def test_the_last_exercise_builds_on_the_previous_notebooks_function_and_says_wh
     notebook = cells(NOTEBOOKS[number])
     text = "\n".join(source(c) for c in notebook)
     last = next(source(c) for c in reversed(notebook) if source(c).startswith("### Exercise"))
-    assert earlier in last and "paste" in last and "Colab" in last
-    # the package's checked stand-in is named, and the cell runs without the learner's function
-    assert "my_scaled_dot_product_attention = mh.scaled_dot_product_attention" in text
+    assert earlier in last and "my_attention.py" in last and "stands in" in last
+    # the earlier piece is loaded from the learner's file (the package's stands in without it), after the cell
+    # where Colab learners paste that file
+    assert f'{earlier} = load_mine("{earlier}")' in text
+    assert text.index("%%my_attention") < text.index(f'{earlier} = load_mine("{earlier}")')

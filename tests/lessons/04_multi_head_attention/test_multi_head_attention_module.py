@@ -107,9 +107,19 @@ MIDDLE_WRONG = [
     ),
     Wrong(
         check_my_multi_head_attention,
+        "bias=False ignored",
+        multi_head_module(bias_ignored=True),
+        named="bias=False ignored",
+        says=("MyMultiHeadAttention(16, 4, bias=False) still has biases in w_q, w_k, w_v, w_o",),
+    ),
+    Wrong(
+        check_my_multi_head_attention,
         "d_in ignored",
         multi_head_module(d_in_ignored=True),
-        says=("nn.Linear(in_features=6, out_features=12)",),
+        says=(
+            "MyMultiHeadAttention(12, 3, d_in=6): mine.w_q.weight has shape (12, 12)",
+            "nn.Linear(in_features=6, out_features=12)",
+        ),
     ),
     # ----------------------------------------------------------- predictions
     Wrong(
@@ -153,9 +163,9 @@ def test_an_empty_prediction_is_not_attempted(checker):
 
 def test_an_error_in_the_constructor_points_at_the_learners_line():
     class Broken(nn.Module):
-        def __init__(self, d_in, d_model, num_heads):
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
             super().__init__()
-            self.w_q = nn.Linear(d_in, d_model, bias=maybe)  # noqa: F821  # the learner's NameError
+            self.w_q = nn.Linear(d_in or d_model, d_model, bias=maybe)  # noqa: F821  # the learner's NameError
 
     result = check_my_multi_head_attention(Broken, verbose=False)
     assert result.status == "error" and "NameError" in result.message and "bias=maybe" in result.message
@@ -166,19 +176,33 @@ def test_an_error_deep_in_the_learners_code_points_at_the_line_that_raised():
         return nn.Linear(d_in, d_out, bias=maybe)  # noqa: F821  # the learner's NameError, one call down
 
     class Helped(nn.Module):
-        def __init__(self, d_in, d_model, num_heads):
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
             super().__init__()
-            self.w_q = projection(d_in, d_model)
+            self.w_q = projection(d_in or d_model, d_model)
 
     result = check_my_multi_head_attention(Helped, verbose=False)
     assert "(in projection, line" in result.message and "bias=maybe" in result.message, result.message
 
 
+def test_a_layer_that_keeps_its_bias_under_bias_false_is_named():
+    class OutputKeepsItsBias(multi_head_module()):
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
+            super().__init__(d_model, num_heads, d_in=d_in, bias=bias)
+            self.w_o = nn.Linear(d_model, d_model)  # bias=bias forgotten on the last layer
+
+    result = check_my_multi_head_attention(OutputKeepsItsBias, verbose=False)
+    assert (result.status, result.misconception) == ("misconception", "bias=False ignored")
+    assert result.message == (
+        "[my_multi_head_attention] not yet: OutputKeepsItsBias(16, 4, bias=False) still has biases in w_o: pass "
+        "bias=bias to each nn.Linear (real models such as Llama have none)."
+    )
+
+
 def test_a_module_without_the_four_named_layers_is_told_their_names():
     class Fused(nn.Module):
-        def __init__(self, d_in, d_model, num_heads):
+        def __init__(self, d_model, num_heads, *, d_in=None, bias=True):
             super().__init__()
-            self.qkv = nn.Linear(d_in, 3 * d_model)
+            self.qkv = nn.Linear(d_in or d_model, 3 * d_model, bias=bias)
 
         def forward(self, x):
             return x

@@ -274,7 +274,8 @@ def test_copy_package_weights_takes_the_packages_heads_and_base_for_a_module_tha
 
 def test_a_forward_without_the_cache_is_told_the_signature():
     result = check_my_causal_self_attention(
-        lambda d_model, num_heads, **kwargs: multi_head_module()(d_model, d_model, num_heads), verbose=False
+        lambda d_model, num_heads, rope_base=10000.0, **kwargs: multi_head_module()(d_model, num_heads, **kwargs),
+        verbose=False,
     )
     assert result.status == "incorrect"
     assert "forward(self, x, cache=None, need_weights=False)" in result.message
