@@ -10,7 +10,7 @@ Two things are set here rather than in ``[tool.mutmut]`` (pyproject.toml):
 
 * Which files are mutated: the core (``mhsa_helpers/*.py``) and the exercise checker machinery
   (``mhsa_helpers/teaching/``'s checking, feedback, predictions, gradients, misconceptions, attention_recipe,
-  modules, ordering and recall). mutmut matches its ``only_mutate`` patterns with
+  modules, ordering and recall, and mine: the learner's file). mutmut matches its ``only_mutate`` patterns with
   ``fnmatch``, whose ``*`` also crosses ``/``, so the list is computed with ``Path.glob`` (which
   does not), and a new core module is included unasked (``files_to_mutate``, kept in
   ``scripts/mutation_report.py``, which reads the results). The explorers are left out: most of

@@ -53,6 +53,7 @@ MUTATED_FILES = (
     "mhsa_helpers/teaching/modules.py",
     "mhsa_helpers/teaching/ordering.py",
     "mhsa_helpers/teaching/recall.py",
+    "mhsa_helpers/teaching/mine.py",
 )  # besides the core, mhsa_helpers/*.py: the checker machinery; scripts/mutate.py imports this
 
 

@@ -74,14 +74,16 @@ def exercise_structure_problems(path: Path) -> list[str]:
 
 def payoff_cell_problems(path: Path, cell_id: str) -> list[str]:
     """What the payoff cell ``cell_id`` of notebook ``path`` (notebooks 07 and 11: the learner's module put to work)
-    lacks: it runs only when the module is written, and all its work and claims run inside ``explained``, which
-    says the cause of a failing claim."""
+    lacks: it loads the module from the learner's my_attention.py, runs only when the module is written, and all its
+    work and claims run inside ``explained``, which says the cause of a failing claim."""
     cell = next(source(c) for c in cells(path) if c.get("id") == cell_id)
     lines = cell.splitlines()
     problems = []
-    if lines[0] != "if module_is_written(MyCausalSelfAttention):":
+    if not lines[0].startswith('MyCausalSelfAttention = load_mine("MyCausalSelfAttention")'):
         problems.append(f"starts with {lines[0]!r}")
-    if not lines[1].startswith("    with explained(MyCausalSelfAttention):"):
+    if lines[1] != "if module_is_written(MyCausalSelfAttention):":
         problems.append(f"second line {lines[1]!r}")
-    problems += [f"outside explained: {line!r}" for line in lines[2:] if line.strip() and not line.startswith(" " * 8)]
+    if not lines[2].startswith("    with explained(MyCausalSelfAttention):"):
+        problems.append(f"third line {lines[2]!r}")
+    problems += [f"outside explained: {line!r}" for line in lines[3:] if line.strip() and not line.startswith(" " * 8)]
     return problems

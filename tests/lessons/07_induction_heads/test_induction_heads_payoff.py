@@ -171,7 +171,7 @@ def test_a_placeholder_is_reported_and_a_bug_is_raised(capsys):
     assert not module_is_written(Placeholder)
     assert "not written yet" in capsys.readouterr().out
     assert not module_is_written(None)
-    assert "paste your class from notebook 06" in capsys.readouterr().out
+    assert "write it in notebook 06 and save it there with save_mine" in capsys.readouterr().out
     with pytest.raises(RuntimeError):  # the learner's own bug is shown as it is, not hidden
         module_is_written(Broken)
 
