@@ -21,10 +21,11 @@ def source(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def last_exercise_hints(notebook: Path) -> tuple[list[str], list[str]]:
-    """The hint labels of a notebook's last exercise and every name in code type inside its hints."""
+def last_exercise_hints(notebook: Path, heading: str = "### Exercise") -> tuple[list[str], list[str]]:
+    """The hint labels of a notebook's last exercise (the last whose heading starts with ``heading``) and every name
+    in code type inside its hints."""
     markdown = [source(c) for c in cells(notebook) if c["cell_type"] == "markdown"]
-    last = next(m for m in reversed(markdown) if m.startswith("### Exercise"))
+    last = next(m for m in reversed(markdown) if m.startswith(heading))
     labels = re.findall(r"<summary>([^<]+)</summary>", last)
     return labels, re.findall(r"`([^`]+)`", last.split("<details>", 1)[1])
 

@@ -168,6 +168,17 @@ def mask_prediction():
     return 5 + 6 + 7
 
 
+class MyKVCache:  # written as notebook 06's exercise 5 asks: the held keys grow along the sequence axis
+    def __init__(self):
+        self.held, self.length = None, 0
+
+    def append(self, k, v):
+        if self.held is not None:
+            k, v = torch.cat((self.held[0], k), dim=-2), torch.cat((self.held[1], v), dim=-2)
+        self.held, self.length = (k, v), k.shape[-2]
+        return k, v
+
+
 def previous_token_score(weights):
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
 
@@ -306,6 +317,7 @@ RIGHT = {
     "check_decoding_order": decoding_order,
     "check_attend_with_cache": attend_with_cache,
     "check_my_causal_self_attention": MyCausalSelfAttention,
+    "check_kv_cache": MyKVCache,
     "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
@@ -329,6 +341,9 @@ CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesso
 NAMES = sorted(CHECKERS)
 #: The checkers whose answer is a module class (tested for its own slips in tests/lessons/*/test_*_module.py).
 MODULES = ("check_my_multi_head_attention", "check_my_causal_self_attention")
+#: The checkers whose answer is a class that is not a module (notebook 06's cache): built with no arguments, so it
+#: has no `return` to forget and is given no tensor at its call.
+CLASSES = ("check_kv_cache",)
 #: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (
     "check_uniform_prediction",
@@ -345,7 +360,15 @@ ORDERS = tuple(e.checker.__name__ for lesson in LESSONS for e in lesson.exercise
 ONE_TENSOR = [
     n
     for n in NAMES
-    if n not in ("check_repeat_chunk", "check_online_update", "check_kv_cache_bytes", "check_attention_head", *MODULES)
+    if n
+    not in (
+        "check_repeat_chunk",
+        "check_online_update",
+        "check_kv_cache_bytes",
+        "check_attention_head",
+        *MODULES,
+        *CLASSES,
+    )
     and n not in NUMBER_PREDICTIONS + ORDERS
 ]
 #: The checkers that pass the learner at least one tensor (or a module holding tensors).
@@ -364,12 +387,13 @@ TAKES_TENSORS = [
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
         *ORDERS,
         *MODULES,
+        *CLASSES,
     )
 ]
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 40 and len(ORDERS) == 3
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 41 and len(ORDERS) == 3
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -422,7 +446,7 @@ def test_a_list_around_the_tensor_is_not_the_tensor(name):
     assert "returned a list of 1 tensor; return the tensor itself" in result.message
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in CLASSES])
 def test_a_forgotten_return_is_asked_about(name):
     right = RIGHT[name]
 

@@ -302,7 +302,7 @@ def test_an_exercise_is_labelled_with_its_kind_difficulty_and_minutes():
         assert list(minutes) == sorted(set(minutes)), f"a harder {kind} exercise takes longer"
     item = lesson(6)
     assert item.exercise_minutes == sum(EXERCISE_MINUTES[e.kind][e.difficulty - 1] for e in item.exercises)
-    assert "about 68 for the 4 exercises" in time_line(item)
+    assert "about 78 for the 5 exercises" in time_line(item)
     assert all(kind in EXERCISE_MINUTES for item in LESSONS for kind in (e.kind for e in item.exercises))
     assert all(e.difficulty in (1, 2, 3) for item in LESSONS for e in item.exercises)
 

@@ -123,6 +123,13 @@ def test_a_crash_message_describes_the_arguments_passed():
     assert "It was called with a tensor of shape (4,) (four zeros); " in message
     message = check_function("ex", _raises("boom"), lambda: torch.zeros(1), [Case(())], verbose=False).message
     assert "It was called with no arguments; " in message
+    # a list of chunks (notebook 06's cache) is told by the shapes inside it, at any depth; other values as they are
+    chunks = [(torch.zeros(1, 2), torch.zeros(3)), (torch.zeros(2),), (), [1, "a"]]
+    message = check_function("ex", _raises("boom"), lambda c: c, [Case((chunks,))], verbose=False).message
+    assert (
+        "It was called with [(a tensor of shape (1, 2), a tensor of shape (3,)), (a tensor of shape (2,),), (), "
+        "[1, 'a']]; " in message
+    )
 
 
 def test_a_crash_names_the_learners_own_line_only_when_there_is_one():

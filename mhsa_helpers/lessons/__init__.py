@@ -278,6 +278,7 @@ LESSONS: tuple[Lesson, ...] = (
                 3,
                 causal_mhsa_with_rope.check_my_causal_self_attention,
             ),
+            Exercise("Your own KV cache", "build", 1, causal_mhsa_with_rope.check_kv_cache),
         ),
         reading_minutes=35,
         summary=(

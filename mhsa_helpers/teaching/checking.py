@@ -1033,6 +1033,10 @@ def _describe_args(case: Case) -> str:
             return _describe(value)
         if isinstance(value, torch.nn.Module):
             return f"a {type(value).__name__}"
+        if isinstance(value, list):  # a list of tensors (a cache's chunks) is told by their shapes too
+            return "[" + ", ".join(describe(v) for v in value) + "]"
+        if isinstance(value, tuple) and value:
+            return "(" + ", ".join(describe(v) for v in value) + ("," if len(value) == 1 else "") + ")"
         return repr(value)
 
     parts = [describe(a) for a in case.args] + [f"{k}={describe(v)}" for k, v in case.kwargs.items()]

@@ -81,3 +81,16 @@ class MyCausalSelfAttention(MyMultiHeadAttention):
         scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)                       # (batch, heads, seq, past + seq)
         return self.w_o(my_merge_heads(weights @ v)), weights
+
+
+class MyKVCache:
+    def __init__(self):
+        self.keys = self.values = None
+        self.length = 0
+
+    def append(self, k, v):
+        """k, v (batch, heads, new, d_head) -> all keys and values so far."""
+        if self.keys is not None:
+            k, v = torch.cat((self.keys, k), dim=-2), torch.cat((self.values, v), dim=-2)
+        self.keys, self.values, self.length = k, v, k.shape[-2]
+        return k, v

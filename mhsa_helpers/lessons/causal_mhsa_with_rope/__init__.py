@@ -7,6 +7,7 @@ from .diagrams import kv_cache_diagram, transformer_block_diagram
 from .exercises import (
     check_attend_with_cache,
     check_decoding_order,
+    check_kv_cache,
     check_mask_prediction,
     check_my_causal_self_attention,
     decoding_order_exercise,
@@ -20,6 +21,7 @@ __all__ = [
     "MODEL_SEED",
     "check_attend_with_cache",
     "check_decoding_order",
+    "check_kv_cache",
     "check_mask_prediction",
     "check_my_causal_self_attention",
     "check_recall",

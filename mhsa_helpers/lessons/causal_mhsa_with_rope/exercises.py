@@ -25,6 +25,7 @@ __all__ = [
     "DECODING_PUZZLE",
     "check_attend_with_cache",
     "check_decoding_order",
+    "check_kv_cache",
     "check_mask_prediction",
     "check_my_causal_self_attention",
     "decoding_order_exercise",
@@ -283,6 +284,121 @@ def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckRes
         CAUSAL_SETTINGS,
         seed=6060,
         shortcuts=("multi_head_self_attention", "MultiHeadSelfAttention", "MultiheadAttention"),
+        verbose=verbose,
+    )
+
+
+# ------------------------------------------------ the learner's own cache
+
+
+def _held(chunks, *, axis=-2, new_first=False):
+    """All the chunks so far along ``axis`` (the sequence axis), the newest last unless ``new_first``."""
+    held = chunks[0]
+    for chunk in chunks[1:]:
+        held = torch.cat((chunk, held) if new_first else (held, chunk), dim=axis)
+    return held
+
+
+def _use_cache(chunks, *, length="tokens", returned="all", new_first=False):
+    """A new cache fed each ``(k, v)`` of ``chunks`` in turn, as :func:`check_kv_cache` drives the learner's: the
+    ``length`` before and after each append, and the keys and values the last append returned. The keyword
+    arguments make the known mistakes: ``length`` counting the appends or holding the last chunk's size, only the
+    new chunk returned, the new tokens put first."""
+    lengths, keys, values = [0], [], []
+    for k, v in chunks:
+        keys.append(k)
+        values.append(v)
+        counts = {"tokens": sum(t.shape[-2] for t in keys), "appends": len(keys), "last": k.shape[-2]}
+        lengths.append(counts[length])
+    if returned == "new":
+        return torch.tensor(lengths), keys[-1], values[-1]
+    return torch.tensor(lengths), _held(keys, new_first=new_first), _held(values, new_first=new_first)
+
+
+def _cache_driver(learner):
+    """``learner``, a class, driven as notebook 06's module drives a cache (``length``, then ``append``)."""
+
+    def drive(chunks):
+        cache = learner()
+        lengths = [cache.length]
+        for k, v in chunks:
+            keys, values = cache.append(k, v)
+            lengths.append(cache.length)
+        return torch.tensor(lengths), keys, values
+
+    drive.__wrapped__ = learner  # type: ignore[attr-defined]
+    return drive
+
+
+CACHE_MISCONCEPTIONS = (
+    Misconception(
+        "length counts the appends, not the tokens",
+        lambda chunks: _use_cache(chunks, length="appends"),
+        "One append may bring several tokens (a prompt, a chunk): the length is the number of tokens held, the "
+        "size of the held keys along their sequence axis.",
+        fix="self.length = k.shape[-2] after the concatenation.",
+        symptom="Your length is right after appends of one token and wrong after a chunk of several. Look at how "
+        "the length grows.",
+    ),
+    Misconception(
+        "length is the size of the last chunk",
+        lambda chunks: _use_cache(chunks, length="last"),
+        "The length counts every token held so far, not only those of the latest append.",
+        fix="Read the length from the keys after the concatenation: k.shape[-2].",
+        symptom="Your length after each append is the size of that append alone. Look at where the length is read.",
+    ),
+    Misconception(
+        "only the new keys and values returned",
+        lambda chunks: _use_cache(chunks, returned="new"),
+        "append returns every key and value held so far: the new tokens attend over the past ones and their own.",
+        fix="Concatenate first, keep the result, and return it.",
+        symptom="What append returns has the size of the latest chunk, not of everything held. Look at what it "
+        "returns.",
+    ),
+    Misconception(
+        "the new tokens put first",
+        lambda chunks: _use_cache(chunks, new_first=True),
+        "The keys are held in the order of their positions: the past first, the new tokens after it (a causal mask "
+        "counts on it).",
+        fix="torch.cat((held, k), dim=-2), the held keys first.",
+        symptom="The right keys, in the wrong order. Look at the order in the concatenation.",
+    ),
+)
+
+
+def _cache_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(66)
+
+    def case(batch, heads, sizes, d_head):
+        chunks = [
+            (torch.randn(batch, heads, n, d_head, generator=g), torch.randn(batch, heads, n, d_head, generator=g))
+            for n in sizes
+        ]
+        text = f"appends of {', '.join(map(str, sizes))} token(s), batch={batch}, heads={heads}, d_head={d_head}"
+        return Case((chunks,), description=text)
+
+    # A chunk of several tokens after a first one, and sizes that differ from the batch, heads and d_head.
+    return [case(1, 2, (1,), 4), case(2, 3, (3, 1, 2), 4), case(1, 2, (5, 1, 1, 4), 6)]
+
+
+def check_kv_cache(learner, *, verbose: bool = True) -> CheckResult:
+    """Check the learner's class ``MyKVCache()``: ``length`` (0 at first), the number of tokens held, and
+    ``append(k, v)`` with ``k, v (batch, heads, new, d_head)``, which returns every key and value held so far,
+    ``(batch, heads, length, d_head)`` each. Driven as notebook 06's module drives a cache, on appends of one and of
+    several tokens; a known mistake is named when it gives the learner's lengths, keys and values."""
+    if not callable(learner):
+        raise TypeError(f"learner must be a function or a class (your MyKVCache), got {type(learner).__name__}")
+    return check_function(
+        "kv_cache",
+        _cache_driver(learner),
+        _use_cache,
+        _cache_cases(),
+        CACHE_MISCONCEPTIONS,
+        output_names=(
+            "the lengths (before the first append and after each)",
+            "the keys returned",
+            "the values returned",
+        ),
         verbose=verbose,
     )
 

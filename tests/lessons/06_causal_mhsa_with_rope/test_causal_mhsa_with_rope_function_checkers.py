@@ -120,10 +120,10 @@ def test_the_notebooks_buggy_code_is_handed_back_as_the_original_naming_no_bug()
     assert not any(word in result.message for word in ("looks like", "fix", "hint", "transpose", "positions", " V"))
 
 
-def test_the_last_exercise_climbs_three_labelled_hints_and_gives_no_line_of_code():
+def test_the_module_exercise_climbs_three_labelled_hints_and_gives_no_line_of_code():
     """Its hints go from a nudge to the shapes to the idea, in words: a name in code type, never a statement or a
     call with its arguments (the code lives in the solutions notebook)."""
     notebook = Path(__file__).resolve().parents[3] / "notebooks" / "06_causal_mhsa_with_rope.ipynb"
-    labels, code = last_exercise_hints(notebook)
+    labels, code = last_exercise_hints(notebook, "### Exercise 4 · Your own causal self-attention")
     assert labels == ["Hint 1 · a nudge", "Hint 2 · the shapes", "Hint 3 · the idea"]
     assert code and not [c for c in code if "=" in c or re.search(r"\w\([^)]", c)], code
