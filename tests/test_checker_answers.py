@@ -168,6 +168,10 @@ def mask_prediction():
     return 5 + 6 + 7
 
 
+def padding_mask(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] < lengths[:, None]).view(len(lengths), 1, 1, seq_len)
+
+
 class MyKVCache:  # written as notebook 06's exercise 5 asks: the held keys grow along the sequence axis
     def __init__(self):
         self.held, self.length = None, 0
@@ -305,6 +309,7 @@ RIGHT = {
     "check_masked_softmax": safe_masked_softmax,
     "check_cached_causal_mask": cached_causal_mask,
     "check_causal_attention": causal_attention,
+    "check_padding_mask": padding_mask,
     "check_split_heads": split_heads,
     "check_recipe_order": recipe_order,
     "check_multi_head_attention": multi_head_attention,
@@ -393,7 +398,7 @@ TAKES_TENSORS = [
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 41 and len(ORDERS) == 3
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 42 and len(ORDERS) == 3
 
 
 @pytest.mark.parametrize("name", NAMES)

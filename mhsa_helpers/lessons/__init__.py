@@ -214,6 +214,7 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("Debug: a masked softmax that gives NaN", "debug", 2, causal_masking.check_masked_softmax),
             Exercise("The causal mask for cached queries", "build", 2, causal_masking.check_cached_causal_mask),
             Exercise("Causal attention through your own attention", "build", 2, causal_masking.check_causal_attention),
+            Exercise("The padding mask", "build", 1, causal_masking.check_padding_mask),
         ),
         reading_minutes=30,
         summary=(

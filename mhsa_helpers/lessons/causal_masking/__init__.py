@@ -2,7 +2,13 @@
 its explorer (``explorer``) and its diagram (``diagrams``)."""
 
 from .diagrams import causal_mask_diagram
-from .exercises import check_cache_prediction, check_cached_causal_mask, check_causal_attention, check_masked_softmax
+from .exercises import (
+    check_cache_prediction,
+    check_cached_causal_mask,
+    check_causal_attention,
+    check_masked_softmax,
+    check_padding_mask,
+)
 from .explorer import DROPOUT_SEED, JOURNEY_SEED, METHODS, journey_projections, masking_explorer
 from .recall import check_recall
 
@@ -15,6 +21,7 @@ __all__ = [
     "check_cached_causal_mask",
     "check_causal_attention",
     "check_masked_softmax",
+    "check_padding_mask",
     "check_recall",
     "journey_projections",
     "masking_explorer",

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import torch
 
-from ... import causal_mask, masked_softmax_neg_inf, scaled_dot_product_attention
+from ... import causal_mask, masked_softmax_neg_inf, padding_mask, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
 from ...teaching.gradients import compare_with_gradients
 from ...teaching.misconceptions import (
@@ -39,6 +39,7 @@ __all__ = [
     "check_cached_causal_mask",
     "check_causal_attention",
     "check_masked_softmax",
+    "check_padding_mask",
 ]
 
 
@@ -734,5 +735,74 @@ def check_masked_softmax(learner: Callable[..., Any], *, verbose: bool = True) -
         shortcuts=("masked_softmax_neg_inf", "masked_softmax_renormalize"),
         draw=_draw_masked_softmax,
         original=handed_out_safe_masked_softmax,
+        verbose=verbose,
+    )
+
+
+# ------------------------------------------------------------------ build: the padding mask
+
+
+def _padding(lengths: torch.Tensor, seq_len: int, *, keep="real", shape="keys", last=False) -> torch.Tensor:
+    """The padding mask and its known slips: ``keep="pads"`` (True on the padding), ``last`` (one key too many,
+    ``<=``), ``shape="flat"`` (``(batch, seq_len)``, no axes for the heads and the queries) or ``"queries"`` (the
+    lengths laid along the queries' axis)."""
+    positions = torch.arange(seq_len)
+    real = positions <= lengths[:, None] if last else positions < lengths[:, None]
+    mask = ~real if keep == "pads" else real
+    return {"keys": mask[:, None, None, :], "flat": mask, "queries": mask[:, None, :, None]}[shape]
+
+
+PADDING_MISCONCEPTIONS = (
+    Misconception(
+        "the mask has no axes for the heads and the queries",
+        lambda lengths, seq_len: _padding(lengths, seq_len, shape="flat"),
+        "The mask meets scores (batch, heads, seq_q, seq_k): broadcasting lines axes up from the right, so a (batch, "
+        "seq_len) mask would pair its batch axis with the queries' axis.",
+        fix="Index the (batch, seq_len) mask with [:, None, None, :]: (batch, 1, 1, seq_len).",
+        symptom="Your mask has the right values and too few axes. Look at which axes of the scores it must meet.",
+    ),
+    Misconception(
+        "True on the padding",
+        lambda lengths, seq_len: _padding(lengths, seq_len, keep="pads"),
+        "This series' masks are True where a key may be seen: the real tokens, positions j < lengths[b].",
+        fix="positions < lengths[:, None], not >=.",
+        symptom="Your mask is True exactly where it should be False. Look at which keys it keeps.",
+    ),
+    Misconception(
+        "one key too many",
+        lambda lengths, seq_len: _padding(lengths, seq_len, last=True),
+        "A sequence of length L holds the keys 0 .. L - 1: key L is the first pad.",
+        fix="positions < lengths[:, None] (strictly less).",
+        symptom="Each sequence's mask keeps one key more than its length. Look at the comparison.",
+    ),
+    Misconception(
+        "the lengths laid along the queries",
+        lambda lengths, seq_len: _padding(lengths, seq_len, shape="queries"),
+        "A key-padding mask hides keys: its last axis is the keys' axis, so every query sees the same keys.",
+        fix="(batch, 1, 1, seq_len), the positions on the last axis.",
+        symptom="Your mask runs along the queries' axis, not the keys'. Look at where its length-seq_len axis sits.",
+    ),
+)
+
+
+def _padding_cases() -> list[Case]:
+    def case(lengths, seq_len):
+        return Case((torch.tensor(lengths), seq_len), description=f"lengths {lengths}, seq_len={seq_len}")
+
+    # Lengths from 0 (all padding) to seq_len (none), and a batch of one; no batch size equals seq_len.
+    return [case([3, 5], 5), case([6, 1, 0], 7), case([4], 6)]
+
+
+def check_padding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(lengths (batch,), seq_len) -> (batch, 1, 1, seq_len)`` bool, True where key ``j`` is a real
+    token (``j < lengths[b]``): the key-padding mask of this notebook, ready to broadcast over the scores
+    ``(batch, heads, seq_q, seq_k)``. The reference is :func:`mhsa_helpers.padding_mask`."""
+    return check_function(
+        "padding_mask",
+        learner,
+        padding_mask,
+        _padding_cases(),
+        PADDING_MISCONCEPTIONS,
+        shortcuts=("padding_mask",),
         verbose=verbose,
     )

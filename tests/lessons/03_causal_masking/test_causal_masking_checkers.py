@@ -146,10 +146,10 @@ def test_each_notebook_has_a_prediction_a_debugging_exercise_and_a_last_exercise
 
 
 @pytest.mark.parametrize("number, earlier", [(3, "my_scaled_dot_product_attention")])
-def test_the_last_exercise_builds_on_the_previous_notebooks_function_and_says_where_it_comes_from(number, earlier):
+def test_the_attention_exercise_builds_on_the_previous_notebooks_function_and_says_where_it_comes_from(number, earlier):
     notebook = cells(NOTEBOOKS[number])
     text = "\n".join(source(c) for c in notebook)
-    last = next(source(c) for c in reversed(notebook) if source(c).startswith("### Exercise"))
+    last = next(source(c) for c in notebook if source(c).startswith("### Exercise 4 · Causal attention through"))
     assert earlier in last and "my_attention.py" in last and "stands in" in last
     # the earlier piece is loaded from the learner's file (the package's stands in without it), after the cell
     # where Colab learners paste that file
