@@ -7,6 +7,7 @@ import ast
 import itertools
 import json
 import linecache
+import math
 from pathlib import Path
 
 import pytest
@@ -421,3 +422,191 @@ def test_the_solutions_file_holds_what_the_solutions_of_02_to_06_save():
             "MyCausalSelfAttention"} <= set(pieces)  # fmt: skip
     for name in pieces:
         assert saved[name] == written[name], name
+
+
+# ------------------------------------------------------------------ pins: what the file holds, word for word
+
+
+def test_the_file_is_written_as_its_pieces_with_one_blank_line_pair_between_and_other_statements_kept(here):
+    (here / "my_attention.py").write_text(
+        "import torch\n\nSCALE = 2\nLIMIT = 3\n\n\n@staticmethod\ndef kept(x):\n    return x\n"
+    )
+    ns = run_cell("def my_causal_mask(seq_q, seq_k):\n    return torch.ones(seq_q, seq_k).bool()\n\n\n", notebook())
+    save_mine(ns["my_causal_mask"])
+    assert (here / "my_attention.py").read_text() == (
+        mine._HEADER
+        + "\nimport torch\n\n\nSCALE = 2\n\n\nLIMIT = 3\n\n\n@staticmethod\ndef kept(x):\n    return x\n\n\n"
+        "def my_causal_mask(seq_q, seq_k):\n    return torch.ones(seq_q, seq_k).bool()\n"
+    )
+
+
+def test_a_decorated_piece_keeps_its_decorator_and_the_first_of_two_definitions_is_the_one_that_ran(here):
+    ns = run_cell("def keep(function):\n    return function\n", notebook())
+    run_cell("@keep\ndef first():\n    return 1\n\n\nkept = first\n\n\n@keep\ndef first():\n    return 2\n", ns)
+    save_mine(ns["kept"])
+    text = (here / "my_attention.py").read_text()
+    assert "@keep\ndef first():\n    return 1\n" in text and "return 2" not in text
+    assert load_mine("first", None)() == 1
+
+
+def test_class_members_under_staticmethod_classmethod_and_property_are_read(here):
+    ns = run_cell("import typing\nimport functools as tools\n", notebook())
+    run_cell(
+        "class Only:\n"
+        "    scale = math.pi\n"
+        "    class Inner:\n"
+        "        size = len(typing.__name__)\n"
+        "    @staticmethod\n"
+        "    def zeros(n):\n"
+        "        return torch.zeros(n)\n"
+        "    @property\n"
+        "    def width(self):\n"
+        "        return F.relu(torch.ones(1))\n"
+        "    @classmethod\n"
+        "    def made(cls):\n"
+        "        return tools.reduce(max, [1, 2])\n",
+        ns,
+    )
+    save_mine(ns["Only"])
+    assert blocks(here / "my_attention.py")["imports"] == [
+        "import math", "import typing", "import torch", "import torch.nn.functional as F", "import functools as tools",
+    ]  # fmt: skip
+    only = load_mine("Only", None)
+    assert only.zeros(2).shape == (2,) and only().width.item() == 1.0 and only.made() == 2
+    ns = run_cell("class Static:\n    @staticmethod\n    def one():\n        return 1\n", notebook())
+    save_mine(ns["Static"])  # a class whose one function is a staticmethod is found by it
+    assert load_mine("Static", None).one() == 1
+
+
+def test_keyword_defaults_return_annotations_and_names_in_nested_classes_bring_their_imports(here):
+    ns = run_cell("import typing\nimport fractions\nimport decimal\n", notebook())
+    run_cell(
+        "def helper():\n    return 3\n\n\n"
+        "def shaped(x, *, kind=fractions.Fraction, other=None) -> typing.Any:\n"
+        "    class Local:\n"
+        "        size = helper()\n"
+        "    return decimal.Decimal(Local.size)\n",
+        ns,
+    )
+    save_mine(ns["shaped"])
+    saved = blocks(here / "my_attention.py")
+    assert saved["imports"] == ["import fractions", "import typing", "import decimal"] and "helper" in saved
+    assert str(load_mine("shaped", None)(0)) == "3"
+
+
+def test_imports_take_the_form_that_binds_the_notebooks_name(here):
+    ns = run_cell(
+        "import math as m\nfrom math import sqrt\nfrom torch.nn import functional\nimport torch.nn.functional as F\n"
+        "def uses(x):\n    return m.pi, sqrt(4.0), functional.relu(x), F.relu(x)\n",
+        notebook(),
+    )
+    save_mine(ns["uses"])
+    assert blocks(here / "my_attention.py")["imports"] == [
+        "import math as m",
+        "from math import sqrt",
+        "from torch.nn import functional",
+        "import torch.nn.functional as F",
+    ]
+    assert load_mine("uses", None)(torch.tensor([-1.0]))[:2] == (math.pi, 2.0)
+
+
+def test_a_function_whose_module_does_not_hold_it_is_a_value_the_file_cannot_hold(here, capsys):
+    ns = notebook()
+    stray = run_cell("def stray():\n    return 1\n", {"__name__": "elsewhere"})["stray"]
+    stray.__module__, stray.__qualname__ = "math", "not_in_math"
+    ns["stray"] = stray
+    run_cell("def calls():\n    return stray()\n", ns)
+    save_mine(ns["calls"])
+    assert "calls uses stray (function), a value of this notebook that my_attention.py cannot hold" in (
+        capsys.readouterr().out
+    )
+
+
+def test_names_read_on_one_line_come_in_reading_order_and_every_problem_is_told(here, capsys):
+    ns = run_cell("def zeta(x):\n    return x\n\n\ndef alpha(x):\n    return x\n", notebook())
+    run_cell("def both(x):\n    return zeta(alpha(x))\n\n\ndef other(x):\n    return x\n", ns)
+    save_mine(ns["both"], ns["other"])
+    assert capsys.readouterr().out == "Saved both, other to my_attention.py (with zeta, alpha, which they use).\n"
+    run_cell("def stub_a():\n    raise NotImplementedError\n\n\ndef stub_b():\n    raise NotImplementedError\n", ns)
+    save_mine(ns["stub_a"], ns["stub_b"])
+    assert capsys.readouterr().out == (
+        "Nothing saved: stub_a still raises NotImplementedError: write it (and check it) first; "
+        "stub_b still raises NotImplementedError: write it (and check it) first.\n"
+    )
+
+
+def test_a_piece_that_raises_another_error_is_saved_and_a_stub_among_its_helpers_stops_the_save(here, capsys):
+    ns = run_cell(
+        "def checked(x):\n    if x < 0:\n        raise ValueError('x must be >= 0')\n    return x\n", notebook()
+    )
+    save_mine(ns["checked"])
+    assert capsys.readouterr().out == "Saved checked to my_attention.py.\n"
+    run_cell("def unfinished():\n    raise NotImplementedError\n\n\ndef caller():\n    return unfinished()\n", ns)
+    save_mine(ns["caller"])
+    assert capsys.readouterr().out.startswith("Nothing saved: unfinished still raises NotImplementedError")
+
+
+def test_a_piece_rewritten_on_a_new_base_moves_after_it_even_when_it_also_uses_an_older_piece(here):
+    ns = run_cell("def helper():\n    return 5\n", notebook())
+    run_cell("class Grown(nn.Module):\n    def forward(self):\n        return helper()\n", ns)
+    save_mine(ns["Grown"])
+    run_cell(
+        "class Base(nn.Module):\n    def extra_repr(self):\n        return 'base'\n\n\n"
+        "class Grown(Base):\n    def forward(self):\n        return helper()\n",
+        ns,
+    )
+    save_mine(ns["Grown"])  # Base is new to the file and read before helper, which the file already holds
+    assert load_mine("Grown", None)()() == 5
+
+
+def test_the_file_loaded_piece_is_not_imported_again_and_the_rest_still_is(here):
+    ns = run_cell(SDPA, notebook())
+    save_mine(ns["my_scaled_dot_product_attention"])
+    ns = notebook()
+    ns["my_scaled_dot_product_attention"] = load_mine("my_scaled_dot_product_attention")
+    ns["cache"] = load_mine("my_scaled_dot_product_attention").__globals__["math"]  # a module read from the file
+    run_cell(
+        "import fractions\n"
+        "def halves(q):\n    return my_scaled_dot_product_attention(q, q, q), fractions.Fraction(1)\n",
+        ns,
+    )
+    save_mine(ns["halves"])
+    assert blocks(here / "my_attention.py")["imports"] == ["import math", "import torch", "import fractions"]
+
+
+def test_a_value_made_by_a_class_of_the_file_is_one_the_file_cannot_hold(here, capsys):
+    (here / "my_attention.py").write_text("class MyKVCache:\n    def __init__(self):\n        self.length = 0\n")
+    ns = notebook()
+    ns["cache"] = load_mine("MyKVCache", None)()
+    run_cell("def reads():\n    return cache.length\n", ns)
+    capsys.readouterr()
+    save_mine(ns["reads"])
+    assert "reads uses cache (MyKVCache), a value of this notebook" in capsys.readouterr().out
+
+
+def test_the_temporary_file_is_made_beside_the_file_so_that_the_move_is_atomic(here, monkeypatch):
+    made = []
+    real = mine.tempfile.mkstemp
+
+    def recording(**where):
+        made.append(where)
+        return real(**where)
+
+    monkeypatch.setattr(mine.tempfile, "mkstemp", recording)
+    save_mine(run_cell(SDPA, notebook())["my_scaled_dot_product_attention"])
+    assert [Path(where["dir"]).resolve() for where in made] == [here.resolve()]
+
+
+def test_an_indented_comment_is_a_comment_in_the_paste_cell(here, capsys):
+    paste_mine("", "# paste here\n    # an indented note\n")
+    assert capsys.readouterr().out.startswith("Nothing pasted")
+
+
+def test_a_fallback_that_is_not_a_function_or_a_class_is_refused(here):
+    with pytest.raises(TypeError, match="fallback must be a function, a class or None, got int"):
+        load_mine("my_causal_mask", 3)
+
+
+def test_the_stand_in_module_without_biases_has_none_in_any_layer():
+    standing = PackageMultiHeadAttention(8, 2, bias=False)
+    assert [layer.bias for layer in (standing.w_q, standing.w_k, standing.w_v, standing.w_o)] == [None] * 4

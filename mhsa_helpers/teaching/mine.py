@@ -106,15 +106,26 @@ FALLBACKS: dict[str, Any] = {
 # ------------------------------------------------------------------ reading a piece's source
 
 
+def _methods(cls: type) -> list[types.FunctionType]:
+    """The functions a class defines: methods, and those under ``staticmethod``, ``classmethod`` and ``property``."""
+    found = []
+    for member in vars(cls).values():
+        function = getattr(member, "__func__", getattr(member, "fget", member))
+        found += [function] if isinstance(function, types.FunctionType) else []
+    return found
+
+
 def _defined_where(piece: Any) -> tuple[str, int | None]:
     """The file (an IPython cell has one of its own) a piece was defined in, and its first line when known."""
     if isinstance(piece, types.FunctionType):
         return piece.__code__.co_filename, piece.__code__.co_firstlineno
-    for member in vars(piece).values():
-        function = getattr(member, "__func__", getattr(member, "fget", member))
-        if isinstance(function, types.FunctionType):
-            return function.__code__.co_filename, None
-    raise TypeError(f"{piece.__name__} defines no method, so its source cannot be found: give it one (forward)")
+    methods = _methods(piece)
+    if not methods:
+        raise TypeError(f"{piece.__name__} defines no method, so its source cannot be found: give it one (forward)")
+    return methods[0].__code__.co_filename, None
+
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 def _node_of(piece: Any) -> tuple[ast.stmt, str]:
@@ -124,8 +135,8 @@ def _node_of(piece: Any) -> tuple[ast.stmt, str]:
     kind = ast.ClassDef if isinstance(piece, type) else (ast.FunctionDef, ast.AsyncFunctionDef)
     found = [node for node in ast.parse(text).body if isinstance(node, kind) and node.name == piece.__name__]
 
-    def starts(node: ast.stmt) -> int:
-        return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    def starts(node: Definition) -> int:
+        return min([node.lineno, *(d.lineno for d in node.decorator_list)])
 
     if first is not None:
         found = [node for node in found if starts(node) == first] or found
@@ -149,13 +160,19 @@ def _global_loads(code: types.CodeType) -> Iterator[tuple[int, int, str]]:
     """The global names a function body reads (attributes and locals are other instructions), nested ones too,
     each with where it is read (line, column) so that they can be told in reading order."""
     for instruction in dis.get_instructions(code):
-        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+        # LOAD_NAME: a class body nested in a function; its own `__name__` (read to set `__module__`) is not a piece
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and instruction.argval != "__name__":
             where = getattr(instruction, "positions", None)  # Python 3.11 on; before it, the order of the code
             line, column = (where.lineno or 0, where.col_offset or 0) if where is not None else (0, 0)
             yield line, column, str(instruction.argval)
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             yield from _global_loads(constant)
+
+
+def _loaded_names(node: ast.AST) -> Iterator[str]:
+    """The names ``node`` reads (not those it assigns)."""
+    return (n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
 
 
 def _outer_loads(node: ast.AST) -> Iterator[str]:
@@ -168,27 +185,23 @@ def _outer_loads(node: ast.AST) -> Iterator[str]:
         outer += [a.annotation for a in every if a is not None and a.annotation is not None]
         outer += [node.returns] if node.returns is not None else []
         for part in outer:
-            yield from (n.id for n in ast.walk(part) if isinstance(n, ast.Name))
+            yield from _loaded_names(part)
     elif isinstance(node, ast.ClassDef):
         for part in (*node.decorator_list, *node.bases, *(k.value for k in node.keywords)):
-            yield from (n.id for n in ast.walk(part) if isinstance(n, ast.Name))
+            yield from _loaded_names(part)
         for statement in node.body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 yield from _outer_loads(statement)
             else:
-                yield from (n.id for n in ast.walk(statement) if isinstance(n, ast.Name))
+                yield from _loaded_names(statement)
 
 
 def _names_read(piece: Any, node: ast.stmt) -> tuple[list[str], dict[str, Any]]:
-    """The global names ``piece`` reads, in order, and the namespace they are looked up in."""
-    functions = [piece] if isinstance(piece, types.FunctionType) else []
-    for member in vars(piece).values() if isinstance(piece, type) else ():
-        function = getattr(member, "__func__", getattr(member, "fget", member))
-        functions += [function] if isinstance(function, types.FunctionType) else []
-    namespace = functions[0].__globals__ if functions else {}
+    """The global names ``piece`` reads, in reading order, and the namespace they are looked up in."""
+    functions = _methods(piece) if isinstance(piece, type) else [piece]
     body = sorted(read for f in functions for read in _global_loads(f.__code__))
     names = [*_outer_loads(node), *(name for _, _, name in body)]
-    return list(dict.fromkeys(names)), namespace
+    return list(dict.fromkeys(names)), functions[0].__globals__
 
 
 def _import_line(name: str, value: Any) -> str | None:
@@ -200,7 +213,7 @@ def _import_line(name: str, value: Any) -> str | None:
         parent, _, last = module.rpartition(".")
         return f"from {parent} import {last}" if parent and last == name else f"import {module} as {name}"
     home, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    if not isinstance(home, str) or not isinstance(qualname, str) or "." in qualname or "<" in qualname:
+    if not isinstance(home, str) or not isinstance(qualname, str):
         return None
     try:
         found = getattr(importlib.import_module(home), qualname, None)
@@ -245,7 +258,7 @@ def _binds(line: str) -> set[str]:
     """The names an import statement binds."""
     statement = ast.parse(line).body[0]
     assert isinstance(statement, (ast.Import, ast.ImportFrom))
-    return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
+    return {alias.asname or alias.name for alias in statement.names}
 
 
 def _collect(piece: Any, imports: list[str], blocks: dict[str, str], problems: list[str], added: list[str]) -> None:
@@ -335,10 +348,6 @@ def _module(path: Path) -> types.ModuleType | str:
     return module
 
 
-def _package_name(fallback: Any) -> str:
-    return f"{getattr(fallback, '__module__', '?')}.{getattr(fallback, '__qualname__', repr(fallback))}"
-
-
 def load_mine(name: str, fallback: Any = "package", *, path: str | os.PathLike[str] = MY_FILE) -> Any:
     """Your piece ``name`` from ``path`` (``my_attention.py``), or where the file has none yet, ``fallback``:
     by default the package's piece of the same signature (:data:`FALLBACKS`). Prints one line saying which."""
@@ -346,7 +355,13 @@ def load_mine(name: str, fallback: Any = "package", *, path: str | os.PathLike[s
         if name not in FALLBACKS:
             raise ValueError(f"name must be one of the pieces {', '.join(FALLBACKS)}, got {name!r}")
         fallback = FALLBACKS[name]
-    instead = "there is none to use yet" if fallback is None else f"the package's {_package_name(fallback)} stands in"
+    if fallback is not None and not isinstance(fallback, (types.FunctionType, type)):
+        raise TypeError(f"fallback must be a function, a class or None, got {type(fallback).__name__}")
+    instead = (
+        "there is none to use yet"
+        if fallback is None
+        else f"the package's {fallback.__module__}.{fallback.__qualname__} stands in"
+    )
     where = Path(path)
     if not where.exists():
         print(f"{name}: there is no {where.name} beside this notebook yet, so {instead}.")
