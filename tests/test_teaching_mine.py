@@ -595,6 +595,8 @@ def test_the_temporary_file_is_made_beside_the_file_so_that_the_move_is_atomic(h
     monkeypatch.setattr(mine.tempfile, "mkstemp", recording)
     save_mine(run_cell(SDPA, notebook())["my_scaled_dot_product_attention"])
     assert [Path(where["dir"]).resolve() for where in made] == [here.resolve()]
+    # named so that .gitignore's `.my_attention.*.tmp` covers one a crash would leave behind
+    assert [(where["prefix"], where["suffix"]) for where in made] == [(".my_attention.", ".tmp")]
 
 
 def test_an_indented_comment_is_a_comment_in_the_paste_cell(here, capsys):
