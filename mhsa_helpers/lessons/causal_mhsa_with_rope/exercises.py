@@ -16,7 +16,7 @@ import torch
 
 from ... import RotaryEmbedding, causal_mask, merge_heads, scaled_dot_product_attention, split_heads
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
-from ...teaching.modules import CAUSAL_CONTRACT, CAUSAL_SETTINGS, check_module
+from ...teaching.modules import CAUSAL_CONTRACT, CAUSAL_SETTINGS, CacheWithLengthAndAppend, check_module
 from ...teaching.order_widget import OrderExercise
 from ...teaching.ordering import MisOrder, OrderPuzzle, check_order
 from ...teaching.predictions import check_prediction
@@ -291,19 +291,19 @@ def check_my_causal_self_attention(learner, *, verbose: bool = True) -> CheckRes
 # ------------------------------------------------ the learner's own cache
 
 
-def _held(chunks, *, axis=-2, new_first=False):
-    """All the chunks so far along ``axis`` (the sequence axis), the newest last unless ``new_first``."""
+def _held(chunks, *, new_first=False):
+    """All the chunks so far along the sequence axis, the newest last unless ``new_first``."""
     held = chunks[0]
     for chunk in chunks[1:]:
-        held = torch.cat((chunk, held) if new_first else (held, chunk), dim=axis)
+        held = torch.cat((chunk, held) if new_first else (held, chunk), dim=-2)
     return held
 
 
 def _use_cache(chunks, *, length="tokens", returned="all", new_first=False):
-    """A new cache fed each ``(k, v)`` of ``chunks`` in turn, as :func:`check_kv_cache` drives the learner's: the
-    ``length`` before and after each append, and the keys and values the last append returned. The keyword
-    arguments make the known mistakes: ``length`` counting the appends or holding the last chunk's size, only the
-    new chunk returned, the new tokens put first."""
+    """The known mistakes of a cache fed each ``(k, v)`` of ``chunks`` in turn, in the form :func:`check_kv_cache`
+    reads a cache: its ``length`` before and after each append, and the keys and values the last append returned.
+    ``length`` counting the appends or holding the last chunk's size, only the new chunk returned, the new tokens put
+    first."""
     lengths, keys, values = [0], [], []
     for k, v in chunks:
         keys.append(k)
@@ -391,7 +391,7 @@ def check_kv_cache(learner, *, verbose: bool = True) -> CheckResult:
     return check_function(
         "kv_cache",
         _cache_driver(learner),
-        _use_cache,
+        _cache_driver(CacheWithLengthAndAppend),  # the cache the module checker decodes with
         _cache_cases(),
         CACHE_MISCONCEPTIONS,
         output_names=(

@@ -15,6 +15,7 @@ import torch
 
 from ... import RotaryEmbedding, apply_rotary, scaled_dot_product_attention
 from ...teaching.checking import Case, CheckResult, Misconception, check_function, random_tensor
+from ...teaching.mine import package_apply_rope
 from ...teaching.predictions import check_prediction
 
 __all__ = [
@@ -43,10 +44,6 @@ def _freq_from_one(d_head: int, base: float) -> torch.Tensor:
 
 def _rope(d_head: int, positions: torch.Tensor, base: float, convention: str = "interleaved") -> RotaryEmbedding:
     return RotaryEmbedding(d_head, int(positions.max()) + 1, base, convention)
-
-
-def _apply_reference(x, positions, base=10000.0):
-    return _rope(x.shape[-1], positions, base)(x, positions)
 
 
 def _apply_half_split(x, positions, base):
@@ -213,7 +210,7 @@ def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = Tr
     result = check_function(
         "apply_rope",
         learner,
-        _apply_reference,
+        package_apply_rope,  # notebook 05's signature on the package's rotation, the stand-in of later notebooks
         _apply_cases(),
         APPLY_MISCONCEPTIONS,
         shortcuts=("RotaryEmbedding", "apply_rotary"),
@@ -224,7 +221,7 @@ def check_apply_rope(learner: Callable[..., torch.Tensor], *, verbose: bool = Tr
         default = check_function(
             "apply_rope",
             learner,
-            _apply_reference,
+            package_apply_rope,  # notebook 05's signature on the package's rotation, the stand-in of later notebooks
             [
                 Case(
                     (torch.randn(7, 6, generator=torch.Generator().manual_seed(50)), torch.arange(100, 107)),
