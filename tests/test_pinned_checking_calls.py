@@ -115,6 +115,22 @@ def learner(x):
     assert " and was stopped (in learner, line 6: `time.sleep(1.5)`). A loop" in result.message, result.message
 
 
+def test_a_stop_that_lands_in_a_half_entered_no_grad_is_the_time_limit_not_a_settings_change(monkeypatch):
+    """The alarm can interrupt `torch.no_grad()` between turning gradients off and entering its block, whose
+    exit then never runs (building an nn.Linear in a loop hits it now and then): the learner is told about the
+    time limit, and the notebook gets its gradients back."""
+    monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", 0.2)
+
+    def learner(x):
+        torch.set_grad_enabled(False)  # where a half-entered no_grad() leaves the mode when the alarm lands
+        while True:
+            pass
+
+    result = check_function("ex", learner, lambda x: x, ONE, verbose=False)
+    assert result.status == "error" and "did not return within 0.2 s" in result.message, result.message
+    assert torch.is_grad_enabled()
+
+
 @pytest.mark.parametrize("limit", [None, 0])
 def test_without_a_time_limit_the_keywords_get_through(monkeypatch, limit):
     monkeypatch.setattr(checking, "TIME_LIMIT_SECONDS", limit)

@@ -579,10 +579,14 @@ def _call_with_time_limit(
         return function(*args, **kwargs)
     if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
         # Linux and macOS, a Jupyter kernel or Colab: the alarm interrupts the learner's loop where it is.
+        grad = torch.is_grad_enabled()
         try:
             with _alarm(seconds):
                 return function(*args, **kwargs)
         except _TimeLimitReached as stop:
+            # The alarm can land inside a `torch.no_grad()` being entered (nn.Linear's initialisation has
+            # one), which then never exits: the stop, not the learner, turned gradients off.
+            torch.set_grad_enabled(grad)
             frames = _learner_frames(stop.__traceback__, learner) or []
             raise _Stopped(_stopped_where(frames)) from None
     # Elsewhere (Windows, a worker thread): run in a daemon thread and stop waiting for it. The thread
