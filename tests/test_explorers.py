@@ -261,7 +261,7 @@ def test_unknown_settings_are_refused(make):
 
 def test_close_frees_the_figures_and_the_widgets():
     figures, registered = live_figures(), len(widget_registry())
-    for make in [heads_explorer] * 5 + ALL:
+    for make in [heads_explorer] * 2 + ALL:
         explorer = make()
         if make is heads_explorer:
             for num_heads, seq_len in [(1, 3), (3, 4), (4, 5), (6, 6), (12, 7)]:
@@ -305,7 +305,7 @@ def test_a_new_explorer_trims_the_figures_of_the_older_ones_of_its_kind():
     assert len(heatmap_axes(old.figure)) == 3
 
 
-def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
+def test_open_figures_and_artists_stay_flat_after_48_slider_moves():
     from matplotlib.figure import Figure
 
     plt.close("all")
@@ -314,17 +314,18 @@ def test_open_figures_and_artists_stay_flat_after_100_slider_moves():
     divisors = [1, 2, 3, 4]
     counts = {}
     figure_objects = []
-    for move in range(100):
+    # Layouts of (heads, length) visited again and again, more than the cache holds: some are evicted.
+    for move in range(48):
         if move % 2:
             explorer.controls["num_heads"].value = divisors[(move // 2) % len(divisors)]
         else:
-            explorer.controls["seq_len"].value = 3 + (move // 2) % 6  # 4 x 6 layouts: some are evicted
+            explorer.controls["seq_len"].value = 3 + (move // 2) % 6
         key = (explorer.data["num_heads"], explorer.data["seq_len"])
         counts.setdefault(key, set()).add((len(explorer.figure.axes), len(explorer.figure.findobj())))
-        if move in (49, 99):
+        if move in (23, 47):
             gc.collect()
             figure_objects.append(sum(type(o) is Figure for o in gc.get_objects()))
-    assert explorer.redraw_count == 101
+    assert explorer.redraw_count == 49
     # No pyplot figure is ever opened...
     assert plt.get_fignums() == []
     # ...the off-screen figures (one per recent layout) do not grow with the moves...
