@@ -1,6 +1,6 @@
 """A Transformer block: the place of attention in a model.
 
-Taught in notebook 06, section 6 ("The block around attention"). Pre-norm, as in GPT-2 and
+Taught in notebook 06, section 7 ("Where attention sits: the Transformer block"). Pre-norm, as in GPT-2 and
 nanoGPT: each sub-layer reads a LayerNorm of the residual stream and adds its result back to it::
 
     x = x + attention(LayerNorm(x))     # tokens exchange information

@@ -88,3 +88,38 @@ def payoff_cell_problems(path: Path, cell_id: str) -> list[str]:
         problems.append(f"third line {lines[2]!r}")
     problems += [f"outside explained: {line!r}" for line in lines[3:] if line.strip() and not line.startswith(" " * 8)]
     return problems
+
+
+#: Lines of a solutions cell that are the solutions' own checks or plumbing, not the learner's answer.
+NOT_THE_ANSWER = ("#", '"""', "claim", "result", "from ", "import ", "save_mine", "print(")
+
+
+def answer_lines(cell_source: str) -> list[str]:
+    """The stripped lines of an answer that precede its ``claim("the checker accepts ...")``: neither blank, nor a
+    comment, nor a docstring, nor the solutions' checks and plumbing (imports, ``load_mine``, ``save_mine``, prints)."""
+    lines = []
+    for line in cell_source.splitlines():
+        text = line.strip()
+        if text.startswith('claim("the checker accepts'):
+            break
+        if text and not text.startswith(NOT_THE_ANSWER) and "load_mine(" not in text:
+            lines.append(text)
+    return lines
+
+
+def learner_lines(notebook: Path, solutions: Path) -> dict[str, list[str]]:
+    """What the learner writes for each exercise of ``notebook``, counted from its ``solutions``: per checker the
+    notebook calls (``result = check_x(...)``), the answer lines of the solutions cell the checker accepts that the
+    notebook's own cell (the stub: the signature, the docstring, any line handed out) does not already hold."""
+
+    def code(path: Path) -> list[str]:
+        return [source(c) for c in cells(path) if c["cell_type"] == "code"]
+
+    stubs = {name: cell for cell in code(notebook) for name in re.findall(r"^result = (check_\w+)\(", cell, re.M)}
+    written = {}
+    for name, stub in stubs.items():
+        accepted = re.compile(rf'claim\("the checker accepts[^\n]*\b{name}\(')
+        (answer,) = [cell for cell in code(solutions) if accepted.search(cell)]
+        given = set(answer_lines(stub))
+        written[name] = [line for line in answer_lines(answer) if line not in given]
+    return written

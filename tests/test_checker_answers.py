@@ -27,10 +27,21 @@ def attention_weights(q, k):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
 
 
+def context_vector(x, w_q, w_k, w_v, i):
+    q, k, v = x[i] @ w_q, x @ w_k, x @ w_v
+    weights = torch.softmax(k @ q / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
 def attention_head(x, w_q, w_k, w_v):
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return weights @ v, weights
+
+
+def multi_head_output(x, w_qs, w_ks, w_vs, w_o):
+    outputs = [attention_head(x, w_q, w_k, w_v)[0] for w_q, w_k, w_v in zip(w_qs, w_ks, w_vs, strict=True)]
+    return torch.cat(outputs, dim=-1) @ w_o.T
 
 
 def spread_prediction():
@@ -48,6 +59,10 @@ def attention(q, k, v, mask=None):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
+
+
+def cross_attention(x, memory, w_q, w_k, w_v, memory_mask=None):
+    return attention(x @ w_q, memory @ w_k, memory @ w_v, memory_mask)
 
 
 def cache_prediction():
@@ -89,6 +104,27 @@ def multi_head_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads):
     return merge_heads(torch.softmax(scores, dim=-1) @ v) @ o_weight.T
 
 
+def heads_one_by_one(x, q_weight, k_weight, v_weight, o_weight, num_heads):
+    d_head = q_weight.shape[0] // num_heads
+    outputs = []
+    for h in range(num_heads):
+        rows = slice(h * d_head, (h + 1) * d_head)
+        outputs.append(attention(x @ q_weight[rows].T, x @ k_weight[rows].T, x @ v_weight[rows].T))
+    return torch.cat(outputs, dim=-1) @ o_weight.T
+
+
+def load_from_torch(mine, theirs):
+    with torch.no_grad():
+        for layer, weight in zip((mine.w_q, mine.w_k, mine.w_v), theirs.in_proj_weight.chunk(3), strict=True):
+            layer.weight.copy_(weight)
+        mine.w_o.weight.copy_(theirs.out_proj.weight)
+        if theirs.in_proj_bias is not None:
+            for layer, bias in zip((mine.w_q, mine.w_k, mine.w_v), theirs.in_proj_bias.chunk(3), strict=True):
+                layer.bias.copy_(bias)
+            mine.w_o.bias.copy_(theirs.out_proj.bias)
+    return mine
+
+
 def rope_frequencies(d_head, base):
     two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
     return (base ** (-two_i / d_head)).float()
@@ -100,6 +136,28 @@ def apply_rope(x, positions, base=10000.0):
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     first, second = x[..., 0::2], x[..., 1::2]
     return torch.stack((first * cos - second * sin, first * sin + second * cos), dim=-1).flatten(-2)
+
+
+def apply_rope_complex(x, positions, base=10000.0):
+    pairs = torch.view_as_complex(x.contiguous().unflatten(-1, (-1, 2)))
+    angles = positions.double()[:, None] * rope_frequencies(x.shape[-1], base).double()[None, :]
+    return torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles).to(pairs.dtype)).flatten(-2)
+
+
+class MyRotaryEmbedding(torch.nn.Module):  # written as notebook 05's exercise 5 asks: the table computed once
+    def __init__(self, d_head, max_seq_len, base=10000.0):
+        super().__init__()
+        self.max_seq_len = max_seq_len
+        angles = torch.arange(max_seq_len, dtype=torch.float64)[:, None] * rope_frequencies(d_head, base).double()
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x, positions):
+        if int(positions.max()) >= self.max_seq_len:
+            raise ValueError(f"position {int(positions.max())} is past the table: max_seq_len={self.max_seq_len}")
+        cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
+        first, second = x[..., 0::2], x[..., 1::2]
+        return torch.stack((first * cos - second * sin, first * sin + second * cos), dim=-1).flatten(-2)
 
 
 def rope_attention(q, k, v, positions, base):
@@ -172,6 +230,17 @@ def padding_mask(lengths, seq_len):
     return (torch.arange(seq_len)[None, :] < lengths[:, None]).view(len(lengths), 1, 1, seq_len)
 
 
+def padded_causal_attention(q, k, v, lengths):
+    seq = q.shape[-2]
+    return attention(q, k, v, cached_causal_mask(seq, seq) & padding_mask(lengths, seq))
+
+
+def attention_dropout(weights, p, training):
+    if not training:
+        return weights
+    return weights * (torch.rand_like(weights) >= p) / (1 - p)
+
+
 class MyKVCache:  # written as notebook 06's exercise 5 asks: the held keys grow along the sequence axis
     def __init__(self):
         self.held, self.length = None, 0
@@ -181,6 +250,36 @@ class MyKVCache:  # written as notebook 06's exercise 5 asks: the held keys grow
             k, v = torch.cat((self.held[0], k), dim=-2), torch.cat((self.held[1], v), dim=-2)
         self.held, self.length = (k, v), k.shape[-2]
         return k, v
+
+
+class MyStaticCache:  # written as notebook 06's exercise 6 asks: buffers made at the first append, written in place
+    def __init__(self, max_len):
+        self.max_len, self.length, self.k, self.v = max_len, 0, None, None
+
+    def append(self, k, v):
+        end = self.length + k.shape[-2]
+        if end > self.max_len:
+            raise ValueError(f"the cache is full: {self.length} held, {k.shape[-2]} new, max_len={self.max_len}")
+        if self.k is None:
+            self.k = k.new_zeros(*k.shape[:-2], self.max_len, k.shape[-1])
+            self.v = v.new_zeros(*v.shape[:-2], self.max_len, v.shape[-1])
+        self.k[:, :, self.length : end], self.v[:, :, self.length : end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class MyBlock(torch.nn.Module):  # written as notebook 06's exercise 7 asks: pre-norm, around the module above
+    def __init__(self, d_model, num_heads, *, d_ff=None, rope_base=10000.0):
+        super().__init__()
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.ln_1 = torch.nn.LayerNorm(d_model)
+        self.attn = MyCausalSelfAttention(d_model, num_heads, rope_base=rope_base)
+        self.ln_2 = torch.nn.LayerNorm(d_model)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d_model, d_ff), torch.nn.GELU(), torch.nn.Linear(d_ff, d_model))
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache=cache)
+        return x + self.mlp(self.ln_2(x))
 
 
 def previous_token_score(weights):
@@ -301,21 +400,30 @@ def online_order():
 RIGHT = {
     "check_uniform_prediction": uniform_prediction,
     "check_weights_debug": attention_weights,
+    "check_context_vector": context_vector,
     "check_attention_head": attention_head,
+    "check_multi_head_output": multi_head_output,
     "check_spread_prediction": spread_prediction,
     "check_softmax": stable_softmax,
     "check_my_attention": attention,
+    "check_cross_attention": cross_attention,
     "check_cache_prediction": cache_prediction,
     "check_masked_softmax": safe_masked_softmax,
     "check_cached_causal_mask": cached_causal_mask,
     "check_causal_attention": causal_attention,
     "check_padding_mask": padding_mask,
+    "check_padded_causal_attention": padded_causal_attention,
+    "check_attention_dropout": attention_dropout,
     "check_split_heads": split_heads,
     "check_recipe_order": recipe_order,
     "check_multi_head_attention": multi_head_attention,
+    "check_heads_one_by_one": heads_one_by_one,
+    "check_load_from_torch": load_from_torch,
     "check_my_multi_head_attention": MyMultiHeadAttention,
     "check_parameter_prediction": parameter_prediction,
     "check_apply_rope": apply_rope,
+    "check_apply_rope_complex": apply_rope_complex,
+    "check_rotary_embedding": MyRotaryEmbedding,
     "check_rope_attention": rope_attention,
     "check_score_prediction": score_prediction,
     "check_mask_prediction": mask_prediction,
@@ -323,6 +431,8 @@ RIGHT = {
     "check_attend_with_cache": attend_with_cache,
     "check_my_causal_self_attention": MyCausalSelfAttention,
     "check_kv_cache": MyKVCache,
+    "check_static_cache": MyStaticCache,
+    "check_my_block": MyBlock,
     "check_untrained_prediction": untrained_prediction,
     "check_induction_score": induction_score,
     "check_repeat_chunk": repeat_chunk,
@@ -346,9 +456,10 @@ CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesso
 NAMES = sorted(CHECKERS)
 #: The checkers whose answer is a module class (tested for its own slips in tests/lessons/*/test_*_module.py).
 MODULES = ("check_my_multi_head_attention", "check_my_causal_self_attention")
-#: The checkers whose answer is a class that is not a module (notebook 06's cache): built with no arguments, so it
-#: has no `return` to forget and is given no tensor at its call.
-CLASSES = ("check_kv_cache",)
+#: The checkers whose answer is a class the checker builds from numbers (notebook 06's caches, with no arguments or with
+#: max_len; notebook 05's rotary embedding, a module built with d_head, max_seq_len and base): it has no `return` to
+#: forget and is given no tensor at its call.
+CLASSES = ("check_kv_cache", "check_static_cache", "check_rotary_embedding", "check_my_block")
 #: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (
     "check_uniform_prediction",
@@ -370,7 +481,9 @@ ONE_TENSOR = [
         "check_repeat_chunk",
         "check_online_update",
         "check_kv_cache_bytes",
+        "check_context_vector",
         "check_attention_head",
+        "check_load_from_torch",  # returns the module it loaded, `mine`
         *MODULES,
         *CLASSES,
     )
@@ -390,6 +503,7 @@ TAKES_TENSORS = [
         "check_alibi_bias",
         "check_ntk_frequencies",
         "check_ablation_prediction",  # a prediction: the learner's function takes nothing
+        "check_load_from_torch",  # its first argument, `mine`, is the module it is asked to write into
         *ORDERS,
         *MODULES,
         *CLASSES,
@@ -398,7 +512,7 @@ TAKES_TENSORS = [
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 42 and len(ORDERS) == 3
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 53 and len(ORDERS) == 3
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -24,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pytest
+from notebook_cells import answer_lines, learner_lines
 
 from mhsa_helpers.lessons import (
     EXERCISE_MINUTES,
@@ -280,6 +281,37 @@ def test_no_notebook_turns_gradients_off_for_the_whole_kernel(item):
 # ------------------------------------------------------------------ times
 
 
+# ------------------------------------------------------------------ what the learner writes
+
+
+def test_an_answers_own_lines_leave_out_the_stub_the_checks_and_the_plumbing():
+    stub = 'def f(x):\n    """doc"""\n    y = ___  # fill in\n    return y\n\nresult = check_f(f)\n'
+    answer = (
+        'from math import sqrt\nmine = load_mine(\'f\')\ndef f(x):\n    """doc"""\n    # why\n\n'
+        '    y = sqrt(x)\n    return y\nsave_mine(f)\nclaim("the checker accepts this solution", check_f(f).correct)\n'
+        "extra = f(4)\n"
+    )
+    assert answer_lines(stub) == ["def f(x):", "y = ___  # fill in", "return y"]
+    assert answer_lines(answer) == ["def f(x):", "y = sqrt(x)", "return y"]
+
+
+def test_the_learner_writes_150_lines_of_their_own_in_01_to_06_and_every_build_needs_some():
+    written = {
+        item.number: learner_lines(ROOT / item.notebook, ROOT / item.solutions) for item in LESSONS if item.number <= 6
+    }
+    total = sum(len(lines) for by_checker in written.values() for lines in by_checker.values())
+    assert total >= 150, f"the learner writes {total} lines of their own in notebooks 01-06"
+    for item in LESSONS[:6]:
+        checkers = {exercise.checker.__name__ for exercise in item.exercises} | (
+            {"check_recall"} if item.recall else set()
+        )
+        assert set(written[item.number]) == checkers
+        for exercise in item.exercises:
+            if exercise.kind == "build":
+                own = written[item.number][exercise.checker.__name__]
+                assert own, f"{item.number:02d}: {exercise.title!r} leaves the learner nothing to write"
+
+
 @pytest.mark.parametrize("item", LESSONS, ids=LESSON_IDS)
 def test_the_notebook_states_its_times_and_labels_each_exercise_as_the_registry_says(item):
     cells = json.loads((ROOT / item.notebook).read_text(encoding="utf-8"))["cells"]
@@ -302,7 +334,7 @@ def test_an_exercise_is_labelled_with_its_kind_difficulty_and_minutes():
         assert list(minutes) == sorted(set(minutes)), f"a harder {kind} exercise takes longer"
     item = lesson(6)
     assert item.exercise_minutes == sum(EXERCISE_MINUTES[e.kind][e.difficulty - 1] for e in item.exercises)
-    assert "about 78 for the 5 exercises" in time_line(item)
+    assert "about 118 for the 7 exercises" in time_line(item)
     assert all(kind in EXERCISE_MINUTES for item in LESSONS for kind in (e.kind for e in item.exercises))
     assert all(e.difficulty in (1, 2, 3) for item in LESSONS for e in item.exercises)
 
@@ -327,7 +359,7 @@ def test_markdown_table_has_one_linked_row_per_lesson_with_its_times_and_their_s
         assert by_number[number] == f"| {number:02d} | {title} | *planned* | | |"
     reading = sum(item.reading_minutes for item in LESSONS)
     exercises = sum(exercise.minutes for item in LESSONS for exercise in item.exercises)
-    assert 60 * 7 < reading + exercises < 60 * 15, "the series takes a working week's evenings, not an afternoon"
+    assert 60 * 7 < reading + exercises < 60 * 20, "the series takes a fortnight's evenings, not an afternoon"
     assert lines[-1] == (
         f"| | **all {len(LESSONS)}** | {(reading + exercises) // 60} h {(reading + exercises) % 60:02d} min in all | "
         f"{reading // 60} h {reading % 60:02d} min | {exercises // 60} h {exercises % 60:02d} min "

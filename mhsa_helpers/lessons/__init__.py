@@ -167,9 +167,11 @@ LESSONS: tuple[Lesson, ...] = (
         exercises=(
             Exercise("Predict: a head whose keys are all zero", "predict", 1, qkv_by_hand.check_uniform_prediction),
             Exercise("Debug: two bugs in the attention weights", "debug", 2, qkv_by_hand.check_weights_debug),
+            Exercise("One word's context vector", "build", 1, qkv_by_hand.check_context_vector),
             Exercise("Your own attention head", "build", 2, qkv_by_hand.check_attention_head),
+            Exercise("Two heads and W_O", "build", 1, qkv_by_hand.check_multi_head_output),
         ),
-        reading_minutes=30,
+        reading_minutes=35,
         summary=(
             "one query with no weights, then every number of two-head attention on a three-word sentence, "
             "computed as on paper; E·W versus x·Wᵀ"
@@ -195,8 +197,14 @@ LESSONS: tuple[Lesson, ...] = (
                 2,
                 scaled_dot_product_attention.check_my_attention,
             ),
+            Exercise(
+                "Cross-attention with your own attention",
+                "build",
+                2,
+                scaled_dot_product_attention.check_cross_attention,
+            ),
         ),
-        reading_minutes=25,
+        reading_minutes=30,
         summary=(
             "dot products as similarity, why divide by √d_k, the stable softmax, batched shapes, "
             "cross-attention, equality with PyTorch"
@@ -215,8 +223,10 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("The causal mask for cached queries", "build", 2, causal_masking.check_cached_causal_mask),
             Exercise("Causal attention through your own attention", "build", 2, causal_masking.check_causal_attention),
             Exercise("The padding mask", "build", 1, causal_masking.check_padding_mask),
+            Exercise("A padded batch, causal", "build", 1, causal_masking.check_padded_causal_attention),
+            Exercise("Dropout on the weights", "build", 2, causal_masking.check_attention_dropout),
         ),
-        reading_minutes=30,
+        reading_minutes=35,
         summary=(
             "hiding the future: two equal masking methods, mask polarity, the fully-masked-row NaN trap, "
             "padding, dropout"
@@ -234,11 +244,15 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("Order the multi-head recipe", "order", 2, multi_head_attention.check_recipe_order),
             Exercise("Predict the size of your module", "predict", 1, multi_head_attention.check_parameter_prediction),
             Exercise("Find the bug", "debug", 2, multi_head_attention.check_multi_head_attention),
+            Exercise("Heads one at a time", "build", 2, multi_head_attention.check_heads_one_by_one),
             Exercise(
                 "Your own multi-head attention module", "build", 3, multi_head_attention.check_my_multi_head_attention
             ),
+            Exercise(
+                "Load weights from `nn.MultiheadAttention`", "build", 2, multi_head_attention.check_load_from_torch
+            ),
         ),
-        reading_minutes=30,
+        reading_minutes=35,
         summary=(
             "splitting into heads (view *and* transpose), W_O, the 512/8/64 sizes; optional: fused QKV "
             "layouts, `nn.MultiheadAttention`"
@@ -255,11 +269,16 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("Predict a score", "predict", 2, rotary_position_embeddings.check_score_prediction),
             Exercise("Find the bug", "debug", 2, rotary_position_embeddings.check_rope_attention),
             Exercise("Your `my_apply_rope`", "build", 2, rotary_position_embeddings.check_apply_rope),
+            Exercise(
+                "RoPE as a complex multiplication", "build", 2, rotary_position_embeddings.check_apply_rope_complex
+            ),
+            Exercise("The angle table, computed once", "build", 2, rotary_position_embeddings.check_rotary_embedding),
         ),
-        reading_minutes=30,
+        reading_minutes=40,
         summary=(
             "absolute positions (sinusoidal, learned) and why RoPE replaced them, rotating pairs of "
-            "dimensions, scores that depend only on m−n, interleaved versus half-split pairing"
+            "dimensions, scores that depend only on m−n, interleaved versus half-split pairing, the complex-number "
+            "form, the angle table computed once"
         ),
         recall=rotary_position_embeddings.check_recall,
     ),
@@ -280,11 +299,13 @@ LESSONS: tuple[Lesson, ...] = (
                 causal_mhsa_with_rope.check_my_causal_self_attention,
             ),
             Exercise("Your own KV cache", "build", 1, causal_mhsa_with_rope.check_kv_cache),
+            Exercise("A preallocated cache", "build", 2, causal_mhsa_with_rope.check_static_cache),
+            Exercise("Your own Transformer block", "build", 2, causal_mhsa_with_rope.check_my_block),
         ),
-        reading_minutes=35,
+        reading_minutes=45,
         summary=(
             "the whole attention layer, the functional and module interfaces, incremental decoding with a KV "
-            "cache, cost versus length, the Transformer block around it"
+            "cache (grown and preallocated), cost versus length, the Transformer block around it"
         ),
         recall=causal_mhsa_with_rope.check_recall,
     ),
@@ -306,7 +327,7 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("Debug: ablate a head", "debug", 1, induction_heads.check_ablate_head),
             Exercise("Train your own module", "build", 1),
         ),
-        reading_minutes=25,
+        reading_minutes=30,
         summary=(
             "a two-layer attention-only model trained live on the CPU: the phase change, previous-token and "
             "induction heads found by score and ablation, the fixed-offset shortcut, attention sinks, learned "
@@ -345,7 +366,7 @@ LESSONS: tuple[Lesson, ...] = (
             Exercise("ALiBi's bias", "build", 1, long_context.check_alibi_bias),
             Exercise("NTK-aware frequencies", "build", 1, long_context.check_ntk_frequencies),
         ),
-        reading_minutes=25,
+        reading_minutes=30,
         summary=(
             "notebook 07's model reads 4× its trained length: sliding windows and how far stacked windows "
             "reach, attention sinks at their original and at StreamingLLM's cache positions, ALiBi's biases, "

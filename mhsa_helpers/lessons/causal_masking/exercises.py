@@ -1,6 +1,8 @@
 """Exercise checkers for notebook 03 (causal masking): a masked softmax that survives a fully masked
 row (a debugging exercise), a prediction of what a cached query sees, the causal mask with an offset
-for cached queries, and causal attention through the learner's own attention of notebook 02.
+for cached queries, causal attention through the learner's own attention of notebook 02, the padding mask,
+attention over a padded batch under the causal and the padding masks together, and dropout on the attention
+weights (a random function: checked by what every right answer does, whatever it draws).
 
 Each checker runs the learner's function on the teaching cases and on cases drawn for that answer; a wrong
 answer is told what differs first, the name of its mistake when the same mistake comes again, and the fix
@@ -11,9 +13,10 @@ Polarity, as everywhere in the package: a boolean mask, ``True`` = may attend.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import torch
@@ -35,11 +38,15 @@ from ...teaching.predictions import check_prediction
 
 __all__ = [
     "causal_attention",
+    "check_attention_dropout",
     "check_cache_prediction",
     "check_cached_causal_mask",
     "check_causal_attention",
     "check_masked_softmax",
+    "check_padded_causal_attention",
     "check_padding_mask",
+    "dropout_expected",
+    "padded_causal_attention",
 ]
 
 
@@ -804,5 +811,552 @@ def check_padding_mask(learner: Callable[..., torch.Tensor], *, verbose: bool = 
         _padding_cases(),
         PADDING_MISCONCEPTIONS,
         shortcuts=("padding_mask",),
+        verbose=verbose,
+    )
+
+
+# ------------------------------------------------------------------ build: a padded batch, causal
+
+
+def padded_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The package's attention over a batch padded at the end, under the causal mask AND the padding mask: ``q``,
+    ``k``, ``v`` ``(batch, heads, seq, d_head)``, ``lengths (batch,)`` -> ``(batch, heads, seq, d_head)``. A padded
+    query (position ``>= lengths[b]``) sees every real token of its sequence, since they all come before it; with a
+    length of 0 it would see nothing and get zeros, which the checker's cases never ask for."""
+    seq = q.shape[-2]
+    return cast(torch.Tensor, scaled_dot_product_attention(q, k, v, causal_mask(seq) & padding_mask(lengths, seq)))
+
+
+def _padded_mask(lengths: torch.Tensor, seq: int, slip: str) -> torch.Tensor:
+    """The mask a known slip of the padded-batch exercise builds (``slip`` a key of :data:`PADDED_MISTAKES`)."""
+    causal = causal_mask(seq)
+    real = torch.arange(seq) < lengths[:, None]  # (batch, seq)
+    keys = real[:, None, None, :]
+    # Built on demand: the flat masks broadcast only where batch == seq (or heads) and raise everywhere else.
+    masks: dict[str, Callable[[], torch.Tensor]] = {
+        "or": lambda: causal | keys,
+        "padding only": lambda: keys,
+        "causal only": lambda: causal,
+        "queries": lambda: causal & real[:, None, :, None],
+        "inverted": lambda: causal & ~keys,
+        "flat": lambda: causal & real,  # (seq, seq): the batch axis meets the queries'
+        "flat over heads": lambda: causal & real[:, None, :],  # (batch, seq, seq): the batch axis meets the heads'
+    }
+    return masks[slip]()
+
+
+def _padded_slip(slip: str, guarded: bool) -> Callable[..., torch.Tensor]:
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        mask = _padded_mask(lengths, q.shape[-2], slip)
+        if guarded:  # the package's attention standing in for the learner's: a row with no key gives zeros
+            return cast(torch.Tensor, scaled_dot_product_attention(q, k, v, mask))
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v  # notebook 02's attention: a row with no key gives NaN
+
+    return attention
+
+
+PADDED_FIX = (
+    "pass `my_causal_mask(seq, seq) & my_padding_mask(lengths, seq)` (with `seq = q.shape[-2]`) to your attention."
+)
+PADDED_FLAT_NAME = "a padding mask without its axes of 1: its batch axis meets another axis of the scores"
+
+#: Each known slip of the padded-batch exercise: its mask (a key of :func:`_padded_mask`), its name, what the answer
+#: does (the symptom; ``{empty}`` is what a row without keys gives, zeros or NaN), the idea behind it (the hint) and
+#: the fix.
+PADDED_MISTAKES = (
+    (
+        "or",
+        "the two masks combined with OR",
+        "Your real queries draw on the real tokens after them, and your padded queries on padding keys.",
+        "Each mask is True where a key *may* be seen, so a key may be seen only where both are True. Where either "
+        "one is enough, the padding mask lets every real query see the real tokens after it, and the causal mask "
+        "lets every padded query see the pads up to its own position.",
+        f"True only where both masks are True: {PADDED_FIX}",
+    ),
+    (
+        "padding only",
+        "only the padding mask: the future is not hidden",
+        "Your real queries draw on the real tokens after them; your padded queries' rows are right.",
+        "The padding mask hides the pads from every query but says nothing about order: without the causal mask, "
+        "each real token sees the real tokens after it.",
+        f"Combine it with your causal mask: {PADDED_FIX}",
+    ),
+    (
+        "causal only",
+        "only the causal mask: the padding is not hidden",
+        "Your real queries' rows are right, but your padded queries draw on padding keys.",
+        "With the padding at the end, every key before a real query is real, so the causal mask alone gets the real "
+        "queries right. A padded query at position i sees keys 0 to i under it, among them the pads from the "
+        "sequence's length up to i: the padding mask is what hides those.",
+        f"Combine it with your padding mask: {PADDED_FIX}",
+    ),
+    (
+        "queries",
+        "every key hidden from the padded queries",
+        "Your real queries' rows are right, but your padded queries get {empty}: they see no key at all, where the "
+        "two rules leave them the real tokens of their sequence.",
+        "The padding mask hides padded *keys*: its length-seq axis is the keys' axis, the last one. Laid along the "
+        "queries' axis, a (batch, 1, seq, 1) mask (or one asking that the query be real too) hides a padded query's "
+        "whole row, and a row with nothing to attend to gives NaN through a plain softmax, zeros through a guarded "
+        "one (zeroing their outputs afterwards gives the same zeros). The rules are about keys only: a padded query "
+        "sees the real tokens of its sequence, which all come before it.",
+        f"Keep `my_padding_mask(lengths, seq)` as it comes, (batch, 1, 1, seq): {PADDED_FIX}",
+    ),
+    (
+        "inverted",
+        "the padding mask inverted (True on the padding)",
+        "Your real queries get {empty}, and your padded queries draw on padding keys only.",
+        "`my_padding_mask` is True on the real tokens, as the causal mask is True where a key may be seen: both "
+        "already say 'may attend', so neither needs `~`. Inverted, the padding mask keeps the pads and hides the "
+        "real tokens.",
+        f"Without the `~`: {PADDED_FIX}",
+    ),
+)
+
+
+def _padded_misconceptions() -> list[Misconception]:
+    mistakes = [
+        Misconception(
+            name,
+            _padded_slip(slip, guarded),
+            hint,
+            fix=fix,
+            symptom=symptom.format(empty="zeros" if guarded else "NaN"),
+        )
+        for slip, name, symptom, hint, fix in PADDED_MISTAKES
+        for guarded in (True, False)
+    ]
+    flat_hint = (
+        "Broadcasting lines axes up from the right. A (batch, seq) padding mask against the (seq, seq) causal mask "
+        "pairs its batch axis with the queries' axis: an error when batch and seq differ and, when they are equal, "
+        "query i of every sequence gets the padding of sequence i. A (batch, 1, seq) one pairs it with the heads' "
+        "axis instead. The batch axis must stay first, with an axis of 1 for the heads and one for the queries."
+    )
+    flat_fix = (
+        "Use `my_padding_mask(lengths, seq)`, (batch, 1, 1, seq), or index a (batch, seq) mask with "
+        "`[:, None, None, :]`."
+    )
+    for slip in ("flat", "flat over heads"):
+        mistakes += [
+            Misconception(
+                PADDED_FLAT_NAME,
+                _padded_slip(slip, guarded),
+                flat_hint,
+                fix=flat_fix,
+                symptom="Your queries take their padding from another sequence of the batch.",
+            )
+            for guarded in (True, False)
+        ]
+    return mistakes
+
+
+def _padded_case(generator: torch.Generator, lengths: list[int], heads: int, seq: int, d_head: int) -> Case:
+    q, k, v = (random_tensor(generator, len(lengths), heads, seq, d_head) for _ in range(3))
+    return Case(
+        (q, k, v, torch.tensor(lengths)),
+        description=f"lengths {lengths}, q, k, v {tuple(q.shape)}",
+    )
+
+
+def _padded_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(1301)
+    # No two axes of the same length; a sequence without padding, one with a single real token, a batch of one.
+    return [
+        _padded_case(g, [5, 2], heads=3, seq=5, d_head=4),
+        _padded_case(g, [1, 4, 3], heads=2, seq=6, d_head=4),
+        _padded_case(g, [4], heads=2, seq=7, d_head=5),
+    ]
+
+
+def _padded_square_cases() -> list[Case]:
+    """Every axis of length 4: a (batch, seq) or (batch, 1, seq) padding mask runs here without an error."""
+    return [_padded_case(torch.Generator().manual_seed(1302), [4, 1, 3, 2], heads=4, seq=4, d_head=4)]
+
+
+def _draw_padded(generator: torch.Generator) -> list[Case]:
+    """Four batches of drawn sizes; every length at least 1, and the last sequence padded."""
+    cases = []
+    for _ in range(4):
+        (batch,), (heads,), (seq,), (d_head,) = (_sizes(generator, 1, *r) for r in ((2, 4), (1, 3), (3, 8), (2, 6)))
+        lengths = _sizes(generator, batch - 1, 1, seq) + _sizes(generator, 1, 1, seq - 1)
+        cases.append(_padded_case(generator, lengths, heads, seq, d_head))
+    return cases
+
+
+def check_padded_causal_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(q, k, v, lengths)``: attention over a batch padded at the end, ``q``, ``k``, ``v`` ``(batch,
+    heads, seq, d_head)`` and ``lengths (batch,)`` (at least 1) -> ``(batch, heads, seq, d_head)``, where every
+    query, a padded one too, sees no key after its own position and no padding key. Every row is compared with
+    :func:`padded_causal_attention`: a real query's with the causal attention of its sequence alone, a padded
+    query's with the attention over all its sequence's real tokens (no row is empty, so a right answer gives no NaN).
+
+    With the padding at the end, the causal mask alone already gets every real query right: the padded queries'
+    rows are what tell the padding mask's absence, and the checker compares them too."""
+    return check_function(
+        "padded causal attention",
+        learner,
+        padded_causal_attention,
+        _padded_cases(),
+        _padded_misconceptions(),
+        square_cases=_padded_square_cases(),
+        shortcuts=("combine_masks",),
+        draw=_draw_padded,
+        verbose=verbose,
+    )
+
+
+# ------------------------------------------------------------------ build: dropout on the attention weights
+
+#: The probes' weights: (batch, heads, seq_q, seq_k), no two axes of the same length, 10 800 weights in all.
+DROPOUT_PROBE_SHAPE = (3, 4, 20, 45)
+#: The two dropout probabilities the probes use: p and 1 - p differ at both, as do the shares a mistake drops.
+DROPOUT_PROBE_PS = (0.25, 0.6)
+#: How far the share of zeroed weights may stray from p, in standard deviations of the binomial count. A right
+#: answer strays further with probability about 2e-9 at each p (the count of 10 800 independent draws is close to
+#: normal; Hoeffding's bound, which needs no approximation, still gives below 3e-6); every share a known mistake
+#: drops lies more than 15 standard deviations away.
+DROPOUT_SIGMAS = 6.0
+
+DROPOUT_REVERSED = "the training switch reversed"
+DROPOUT_IN_EVALUATION = "dropout also in evaluation"
+DROPOUT_SCALED_AT_TEST = "scaled in evaluation instead of in training"
+DROPOUT_NOTHING_DROPPED = "nothing dropped in training"
+DROPOUT_NOT_RESCALED = "survivors not rescaled"
+DROPOUT_TIMES_KEEP = "multiplied by 1 - p instead of dividing"
+DROPOUT_RENORMALISED = "rows renormalised after dropping"
+DROPOUT_SHARED = "one mask for every sequence or head"
+DROPOUT_BLOCKS = "weights dropped in blocks, not one by one"
+DROPOUT_SAME_DRAW = "the same weights dropped at every call"
+DROPOUT_KEEP_PROBABILITY = "p taken as the probability of keeping"
+DROPOUT_RANDN = "normal numbers (randn) instead of uniform ones (rand)"
+DROPOUT_SHARE = "the share dropped is not p"
+
+
+def _softmax_weights(generator: torch.Generator, *shape: int) -> torch.Tensor:
+    """Attention weights of ``shape``: the softmax of random scores, every weight above 0 (so a zero is a drop)."""
+    return torch.softmax(random_tensor(generator, *shape, scale=2.0), dim=-1)
+
+
+def dropout_expected(weights: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """What the dropout checker compares with: ``weights`` in evaluation (and with ``p = 0``, where ``1 - p`` is 1),
+    ``weights / (1 - p)`` in training. A right answer's output, with each weight it dropped filled in by its
+    ``weight / (1 - p)``, is exactly this, whichever weights it drew."""
+    return weights / (1 - p) if training else weights.clone()
+
+
+def _kept_filled(output: Any, weights: Any, p: float, training: bool) -> Any:
+    """In training with ``p > 0``: ``output`` with its zeros filled in by ``weights / (1 - p)``, which takes the chance
+    out of a right answer (any other output is handed on as it is, for the comparison to describe)."""
+    if not (training and p > 0 and isinstance(output, torch.Tensor) and isinstance(weights, torch.Tensor)):
+        return output
+    if output.shape != weights.shape or not output.is_floating_point():
+        return output
+    return torch.where(output == 0, (weights / (1 - p)).to(output.dtype), output)
+
+
+def _seeded_dropout(learner: Callable[..., Any], raw: list[Any]) -> Callable[..., Any]:
+    """``learner`` as the checker calls it. Each call draws from PyTorch's generator seeded afresh from a generator
+    of the checker's own, and gives the generator back as it was: the check is the same run after run, two calls
+    draw two masks, and drawing (what dropout is for) is no change of the notebook's settings. The learner's own
+    output is put in ``raw``; in training with ``p > 0`` the call returns it with its zeros filled in
+    (:func:`_kept_filled`)."""
+    seeds = torch.Generator().manual_seed(9103)
+
+    @functools.wraps(learner)
+    def seeded(weights: Any, p: float, training: bool) -> Any:
+        before = weights.detach().clone() if isinstance(weights, torch.Tensor) else weights
+        seed = int(torch.randint(2**62, (1,), generator=seeds))
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)
+            output = learner(weights, p, training)
+        raw.append(output)
+        return _kept_filled(output, before, p, training)
+
+    return seeded
+
+
+@dataclass(frozen=True)
+class _DropoutDraws:
+    """The learner's outputs on the probes' weights (float64): in evaluation and in training at each p of
+    :data:`DROPOUT_PROBE_PS`, and a second training call at the first p."""
+
+    weights: torch.Tensor
+    evaluation: tuple[torch.Tensor, ...]
+    training: tuple[torch.Tensor, ...]
+    again: torch.Tensor
+
+
+def _dropout_draws(run: Callable[..., Any], raw: list[Any]) -> _DropoutDraws | None:
+    """The learner's outputs on the probes' weights, or None when a call gives no floating tensor of their shape
+    (the cases have told what is wrong then)."""
+    weights = _softmax_weights(torch.Generator().manual_seed(9104), *DROPOUT_PROBE_SHAPE)
+
+    def output(p: float, training: bool) -> torch.Tensor:
+        run(weights, p, training)
+        got = raw[-1]
+        if not (isinstance(got, torch.Tensor) and got.shape == weights.shape and got.is_floating_point()):
+            raise ValueError("not the weights' shape")
+        return got.detach().to(torch.float64)
+
+    try:
+        evaluation = tuple(output(p, False) for p in DROPOUT_PROBE_PS)
+        training = tuple(output(p, True) for p in DROPOUT_PROBE_PS)
+        again = output(DROPOUT_PROBE_PS[0], True)
+    except Exception:  # the learner's code failed on the probes: no evidence either way
+        return None
+    return _DropoutDraws(weights, evaluation, training, again)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    # Within float32's rounding of a factor such as 1 / 0.75, far from every other factor a mistake gives.
+    return bool(torch.allclose(a, b, rtol=1e-6, atol=1e-12))
+
+
+def _scaled_by(output: torch.Tensor, weights: torch.Tensor, factor: float) -> bool:
+    """Some weights kept, some dropped, and every kept one is its weight times ``factor``."""
+    kept = output != 0
+    return bool(kept.any()) and not bool(kept.all()) and _equal(output[kept], weights[kept] * factor)
+
+
+def _repeats_along(kept: torch.Tensor, axes: tuple[int, ...]) -> bool:
+    """The keep mask is the same at every index of one of ``axes``."""
+    return any(bool((kept == kept.narrow(axis, 0, 1)).all()) for axis in axes)
+
+
+def _normal_below(p: float) -> float:
+    """The probability that a standard normal number is below ``p``."""
+    return 0.5 * (1 + math.erf(p / math.sqrt(2)))
+
+
+def _share_near(share: float, centre: float, count: int) -> bool:
+    return abs(share - centre) <= DROPOUT_SIGMAS * math.sqrt(centre * (1 - centre) / count)
+
+
+def _dropout_mistake(draws: _DropoutDraws | None) -> str | None:
+    """The one known mistake the learner's outputs show, or None. The mistakes are looked for in this order, and the
+    first one found is named: each is named only when its own evidence is there, and an answer with two of them
+    is told the first, then the second once it is fixed."""
+    if draws is None:
+        return None
+    w, ps = draws.weights, DROPOUT_PROBE_PS
+    drops_in_evaluation = any(bool((out == 0).any()) for out in draws.evaluation)  # w has no zero
+    unchanged_in_training = all(_equal(out, w) for out in draws.training)
+    if drops_in_evaluation:
+        return DROPOUT_REVERSED if unchanged_in_training else DROPOUT_IN_EVALUATION
+    if all(_equal(out, w * (1 - p)) for out, p in zip(draws.evaluation, ps, strict=True)):
+        return DROPOUT_SCALED_AT_TEST
+    if unchanged_in_training:
+        return DROPOUT_NOTHING_DROPPED
+    if all(_scaled_by(out, w, 1.0) for out in draws.training):
+        return DROPOUT_NOT_RESCALED
+    if all(_scaled_by(out, w, 1 - p) for out, p in zip(draws.training, ps, strict=True)):
+        return DROPOUT_TIMES_KEEP
+    rows_of_one = [
+        bool((out != 0).any(-1).any()) and _equal(out.sum(-1)[(out != 0).any(-1)], torch.ones(()).double())
+        for out in draws.training
+    ]
+    if all(rows_of_one) and not all(bool((out != 0).all()) for out in draws.training):
+        return DROPOUT_RENORMALISED
+    # A right answer repeats its mask along an axis, drops as many weights in every row, or draws the same mask
+    # twice with probability below 1e-100: each needs hundreds of its independent draws to agree.
+    kept = draws.training[0] != 0
+    if 0 < float(kept.double().mean()) < 1:  # a mask that keeps all or nothing repeats everywhere: its share tells
+        if _repeats_along(kept, (0, 1)):
+            return DROPOUT_SHARED
+        dropped_per_row = (~kept).sum(-1)
+        if _repeats_along(kept, (2, 3)) or bool((dropped_per_row == dropped_per_row.flatten()[0]).all()):
+            return DROPOUT_BLOCKS
+        if torch.equal(kept, draws.again != 0):
+            return DROPOUT_SAME_DRAW
+    shares = [float((out == 0).double().mean()) for out in draws.training]
+    if all(_share_near(share, 1 - p, w.numel()) for share, p in zip(shares, ps, strict=True)):
+        return DROPOUT_KEEP_PROBABILITY
+    if all(_share_near(share, _normal_below(p), w.numel()) for share, p in zip(shares, ps, strict=True)):
+        return DROPOUT_RANDN
+    if not all(_share_near(share, p, w.numel()) for share, p in zip(shares, ps, strict=True)):
+        return DROPOUT_SHARE
+    return None
+
+
+#: Each known mistake of the dropout exercise: its name, what the answer does (the symptom), the idea behind it
+#: (the hint) and the fix.
+DROPOUT_MISTAKES = (
+    (
+        DROPOUT_REVERSED,
+        "With training=False your output has zeros where the weights have none, and with training=True it is the "
+        "weights unchanged.",
+        "Dropout acts only while the model trains (training=True); in evaluation it leaves the weights alone. Your "
+        "condition does the opposite.",
+        "Return the weights unchanged when `not training`, and drop only otherwise.",
+    ),
+    (
+        DROPOUT_IN_EVALUATION,
+        "With training=False your output has zeros where the weights have none.",
+        "Dropout is noise for training only: in evaluation (model.eval(), training=False) every weight passes "
+        "unchanged, or two runs on the same input give two answers. F.dropout(weights, p) without its training "
+        "argument, and an nn.Dropout never switched with .eval(), drop in every call: both default to training.",
+        "Begin with `if not training: return weights`.",
+    ),
+    (
+        DROPOUT_SCALED_AT_TEST,
+        "With training=False your output is the weights times (1 - p), not the weights themselves.",
+        "That is dropout as first published (Srivastava et al., 2014): the survivors kept as they are in training, "
+        "every weight multiplied by 1 - p at test time. PyTorch, and this notebook, use inverted dropout: the "
+        "survivors are divided by 1 - p in training, so that evaluation has nothing to do.",
+        "Return the weights unchanged in evaluation, and divide the survivors by (1 - p) in training.",
+    ),
+    (
+        DROPOUT_NOTHING_DROPPED,
+        "With training=True and p > 0 your output is the weights unchanged.",
+        "In training each weight is zeroed with probability p: the random mask is the whole point of dropout.",
+        "Draw a keep mask with the weights' shape, `torch.rand_like(weights) >= p`, and apply it in training.",
+    ),
+    (
+        DROPOUT_NOT_RESCALED,
+        "In training the weights you keep are the weights themselves: on average a row of yours sums to 1 - p, not 1.",
+        "Zeroing a share p of the weights lowers each one's expected value to (1 - p) × weight. Dividing the "
+        "survivors by 1 - p brings it back, so that what comes after sees weights of the same size in training "
+        "and in evaluation.",
+        "Divide what you keep by (1 - p): `weights * keep / (1 - p)`.",
+    ),
+    (
+        DROPOUT_TIMES_KEEP,
+        "In training the weights you keep are smaller than the weights, by a factor 1 - p.",
+        "Dropping a share p leaves (1 - p) × weight on average; to bring the expected value back up to the weight, "
+        "the survivors are divided by 1 - p (made larger), not multiplied by it.",
+        "`/ (1 - p)` instead of `* (1 - p)`.",
+    ),
+    (
+        DROPOUT_RENORMALISED,
+        "In training every row of yours that keeps a weight sums to exactly 1.",
+        "Renormalising looks natural, since attention weights sum to 1, but it is not dropout: a survivor's scale "
+        "then depends on which other weights of its row were dropped, so its expected value is no longer its "
+        "weight (and a row that loses every weight divides 0 by 0). Dropout divides every survivor by the same "
+        "1 - p: each weight keeps its expected value, and a row sums to 1 only on average.",
+        "Divide by (1 - p), not by the row's sum.",
+    ),
+    (
+        DROPOUT_SHARED,
+        "In training your output drops the same positions in every sequence of the batch, or in every head.",
+        "Each weight is dropped independently of all the others. A mask drawn with the shape of the last axes only, "
+        "(seq_q, seq_k), broadcasts over the batch and the heads: every sequence and every head loses the same "
+        "weights, and noise that should differ from one to the next is the same everywhere.",
+        "Draw the mask with the weights' own shape: `torch.rand_like(weights)`.",
+    ),
+    (
+        DROPOUT_BLOCKS,
+        "In training your output drops whole rows or columns at once, or the same number of weights in every row.",
+        "Dropout decides for each weight on its own: whether one weight is dropped says nothing about its "
+        "neighbours. One draw per row or column, or a fixed number dropped in each row, is another kind of noise.",
+        "One uniform number per weight, `torch.rand_like(weights)`, compared with p.",
+    ),
+    (
+        DROPOUT_SAME_DRAW,
+        "Two calls in training on the same weights drop exactly the same positions.",
+        "The mask is drawn afresh at every call from PyTorch's random generator as it stands. Seeding it inside the "
+        "function (torch.manual_seed), a generator of your own seeded the same way, or a fixed pattern drops the "
+        "same weights every time: the model would learn around that one mask.",
+        "Leave the generator alone inside the function; draw with `torch.rand_like(weights)`.",
+    ),
+    (
+        DROPOUT_KEEP_PROBABILITY,
+        "In training your output zeroes about a share 1 - p of the weights, not p: three in four with p = 0.25.",
+        "p is the probability of *dropping* a weight (as in nn.Dropout(p) and F.dropout): a weight survives with "
+        "probability 1 - p. A uniform number is below p with probability p, so a mask that keeps the weights where "
+        "it is below p keeps a share p of them.",
+        "Keep where the uniform number is at least p: `torch.rand_like(weights) >= p`.",
+    ),
+    (
+        DROPOUT_RANDN,
+        "In training your output zeroes a share of the weights that is neither p nor 1 - p: about 60% with p = 0.25 "
+        "and 73% with p = 0.6.",
+        "torch.randn draws normal numbers (mean 0, spread 1), which lie below p with a probability that is not p. "
+        "Only a uniform number in [0, 1), from torch.rand, is below p with probability exactly p.",
+        "`torch.rand_like(weights)`, not `torch.randn_like(weights)`.",
+    ),
+    (
+        DROPOUT_SHARE,
+        "In training the share of the weights your output zeroes is far from p: more than 6 standard deviations "
+        "of a fair draw away.",
+        "Each weight is dropped with probability exactly p, so that over many weights a share p of them is zero.",
+        "One uniform number per weight, kept where it is at least p: `torch.rand_like(weights) >= p`.",
+    ),
+)
+
+
+def _dropout_case_said(weights: torch.Tensor, p: float, training: bool) -> str:
+    said = f"{'training' if training else 'evaluation'}, p={p:g}, weights {tuple(weights.shape)}"
+    # In training the reference is no draw: what every right answer gives once its zeros are filled in.
+    return said + (", kept weights against weight / (1 - p)" if training and p > 0 else "")
+
+
+def _dropout_cases() -> list[Case]:
+    g = torch.Generator().manual_seed(9101)
+    small, large = _softmax_weights(g, 2, 3, 4, 5), _softmax_weights(g, *DROPOUT_PROBE_SHAPE)
+
+    def case(weights: torch.Tensor, p: float, training: bool) -> Case:
+        return Case((weights, p, training), description=_dropout_case_said(weights, p, training))
+
+    # Training first: the first case is where a call of F.dropout is noticed, and an answer may call it there only.
+    return [
+        case(small, 0.25, True),
+        case(small, 0.25, False),
+        case(small, 0.0, True),
+        case(large, DROPOUT_PROBE_PS[1], True),
+        case(large, DROPOUT_PROBE_PS[1], False),
+    ]
+
+
+def _draw_dropout(generator: torch.Generator) -> list[Case]:
+    """Weights of drawn sizes, in training, in evaluation, in training again and with p = 0."""
+    cases = []
+    for training, nothing in ((True, False), (False, False), (True, False), (True, True)):
+        shape = _sizes(generator, 1, 1, 3) + _sizes(generator, 1, 1, 4) + _sizes(generator, 1, 1, 6)
+        shape += _sizes(generator, 1, 2, 9)
+        p = 0.0 if nothing else (0.1, 0.2, 0.3, 0.5, 0.7)[_sizes(generator, 1, 0, 4)[0]]
+        weights = _softmax_weights(generator, *shape)
+        cases.append(Case((weights, p, training), description=_dropout_case_said(weights, p, training)))
+    return cases
+
+
+def check_attention_dropout(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Check ``learner(weights, p, training)``, dropout on attention weights ``(batch, heads, seq_q, seq_k)``: in
+    training each weight zeroed with probability ``p`` and the survivors divided by ``1 - p`` (inverted dropout, as
+    ``torch.nn.functional.dropout`` does); in evaluation, or with ``p = 0``, the weights unchanged.
+
+    The output is random, and an answer may draw its mask in any way: the checker compares no draw with a
+    reference. Each call draws from PyTorch's generator seeded by the checker (and given back afterwards), so the
+    verdict is the same run after run. On the cases, evaluation and ``p = 0`` must give the weights, and in
+    training every weight kept must be ``weight / (1 - p)`` (:func:`dropout_expected`). On 10 800 weights, the share
+    zeroed must be near ``p``, the weights dropped independently (not the same in every sequence, head, row or
+    column) and anew at every call; each known mistake is named by what it does there
+    (:func:`_dropout_mistake`)."""
+    if not callable(learner):
+        raise TypeError(f"learner must be a function, got {type(learner).__name__}")
+    raw: list[Any] = []
+    seen: dict[int, str | None] = {}
+
+    def mistake(run: Callable[..., Any]) -> str | None:
+        # One set of draws per check (the probes of every mistake read the same outputs).
+        if id(run) not in seen:
+            seen[id(run)] = _dropout_mistake(_dropout_draws(run, raw))
+        return seen[id(run)]
+
+    def shows(name: str) -> Callable[[Callable[..., Any]], bool]:
+        return lambda run: mistake(run) == name
+
+    misconceptions = [
+        Misconception(name, None, hint, detect=shows(name), fix=fix, symptom=symptom, always=True)
+        for name, symptom, hint, fix in DROPOUT_MISTAKES
+    ]
+    return check_function(
+        "attention_dropout",
+        _seeded_dropout(learner, raw),
+        dropout_expected,
+        _dropout_cases(),
+        misconceptions,
+        shortcuts=("dropout",),
+        draw=_draw_dropout,
         verbose=verbose,
     )

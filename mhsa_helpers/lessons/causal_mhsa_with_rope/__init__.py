@@ -9,7 +9,9 @@ from .exercises import (
     check_decoding_order,
     check_kv_cache,
     check_mask_prediction,
+    check_my_block,
     check_my_causal_self_attention,
+    check_static_cache,
     decoding_order_exercise,
 )
 from .explorer import mhsa_explorer
@@ -23,8 +25,10 @@ __all__ = [
     "check_decoding_order",
     "check_kv_cache",
     "check_mask_prediction",
+    "check_my_block",
     "check_my_causal_self_attention",
     "check_recall",
+    "check_static_cache",
     "copy_package_weights",
     "decoding_order_exercise",
     "kv_cache_diagram",

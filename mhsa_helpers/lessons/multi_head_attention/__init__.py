@@ -5,6 +5,8 @@ constants with which the notebook rebuilds what the explorer draws."""
 from ...teaching.heads_explorer import HEADS_SENTENCE, INPUT_SCALE, MODEL_SEED
 from .diagrams import split_merge_diagram
 from .exercises import (
+    check_heads_one_by_one,
+    check_load_from_torch,
     check_multi_head_attention,
     check_my_multi_head_attention,
     check_parameter_prediction,
@@ -19,6 +21,8 @@ __all__ = [
     "HEADS_SENTENCE",
     "INPUT_SCALE",
     "MODEL_SEED",
+    "check_heads_one_by_one",
+    "check_load_from_torch",
     "check_multi_head_attention",
     "check_my_multi_head_attention",
     "check_parameter_prediction",

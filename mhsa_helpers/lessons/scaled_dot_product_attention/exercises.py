@@ -9,9 +9,10 @@ on request (``result.hint()``, ``result.reveal()``)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -566,3 +567,248 @@ def check_my_attention(learner: Callable[..., Any], *, verbose: bool = True) -> 
         draw=_draw_attention,
         verbose=verbose,
     )
+
+
+# ---------------------------------------------------------------- cross-attention with the learner's attention
+
+
+CROSS_INPUTS = ("x", "memory", "w_q", "w_k", "w_v")
+
+
+def cross_attention(
+    x: torch.Tensor,
+    memory: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    memory_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The reference of the cross-attention exercise: ``x (batch, seq_q, d_x)`` asks, ``memory (batch, seq_m, d_m)``
+    answers, ``w_q (d_x, d_k)``, ``w_k (d_m, d_k)``, ``w_v (d_m, d_v)`` in the paper's layout, ``memory_mask``
+    broadcastable to the scores ``(batch, seq_q, seq_m)`` (``True`` = may be seen) -> ``(batch, seq_q, d_v)``."""
+    return cast(torch.Tensor, scaled_dot_product_attention(x @ w_q, memory @ w_k, memory @ w_v, memory_mask))
+
+
+def _padding(lengths: list[int], seq_m: int) -> torch.Tensor:
+    """``(batch, 1, seq_m)``: True before each sequence's length, the memory's padding after it."""
+    return (torch.arange(seq_m) < torch.tensor(lengths)[:, None])[:, None, :]
+
+
+def _cross_case(
+    generator: torch.Generator,
+    batch: int,
+    seq_q: int,
+    seq_m: int,
+    d_x: int,
+    d_m: int,
+    d_k: int,
+    d_v: int,
+    mask: torch.Tensor | None,
+) -> Case:
+    x, memory = random_tensor(generator, batch, seq_q, d_x), random_tensor(generator, batch, seq_m, d_m)
+    weights = tuple(random_tensor(generator, d_in, d_out) for d_in, d_out in ((d_x, d_k), (d_m, d_k), (d_m, d_v)))
+    widths = f"d_x = d_m = {d_x}" if d_x == d_m else f"d_x = {d_x}, d_m = {d_m}"
+    shapes = f"x {tuple(x.shape)}, memory {tuple(memory.shape)}: {widths}, d_k = {d_k}, d_v = {d_v}"
+    if mask is None:
+        return Case((x, memory, *weights), description=shapes)
+    return Case((x, memory, *weights, mask), description=f"{shapes}, memory_mask {tuple(mask.shape)}")
+
+
+def _cross_cases() -> tuple:
+    g = torch.Generator().manual_seed(511)
+    # seq_q ≠ seq_m everywhere, so a swap of x and memory, or a mask laid along the queries, gives another shape or
+    # raises; no two other axes of a case have the same length, but for the two cases with d_x = d_m, where a swap
+    # of the inputs runs.
+    cases = [
+        _cross_case(g, 2, 3, 6, 5, 4, 7, 8, None),
+        _cross_case(g, 3, 4, 7, 6, 5, 8, 2, _padding([6, 4, 2], 7)),
+        _cross_case(g, 2, 4, 9, 6, 6, 3, 5, None),
+        _cross_case(g, 3, 2, 5, 4, 4, 6, 7, random_mask(g, 3, 1, 5)),
+        _cross_case(g, 2, 1, 8, 3, 5, 4, 6, None),
+        # memory shorter than the queries, and one mask shared by the whole batch
+        _cross_case(g, 2, 5, 3, 4, 7, 6, 8, torch.tensor([True, False, True])),
+    ]
+    cases[4] = replace(cases[4], description=f"one query: {cases[4].description}")
+    cases[5] = replace(cases[5], description=f"{cases[5].description} shared by the batch")
+    square = [
+        Case(random_tensors((3, 3, 3), (3, 3, 3), (3, 3), (3, 3), (3, 3), seed=512), description="square inputs"),
+        Case(
+            (*random_tensors((3, 3, 3), (3, 3, 3), (3, 3), (3, 3), (3, 3), seed=513), _padding([3, 2, 1], 3)),
+            description="square inputs with a memory_mask (3, 1, 3)",
+        ),
+    ]
+    return cases, square
+
+
+def _draw_cross(generator: torch.Generator) -> list[Case]:
+    """Four cases of other sizes, seq_q ≠ seq_m in each: two without a mask (one with d_x = d_m), one with a padding
+    mask (d_x = d_m) and one with a random mask. A mask keeps at least one memory position of each sequence visible
+    and one blocked."""
+    cases = []
+    for kind, same_width in (("no mask", False), ("padding mask", True), ("mask", False), ("no mask", True)):
+        batch, seq_q, seq_m = _sizes(generator, 1, 1, 3)[0], *_sizes(generator, 2, 2, 7)
+        seq_m += seq_m == seq_q
+        d_x, d_m, d_k, d_v = _sizes(generator, 4, 1, 7)
+        d_m = d_x if same_width else d_m + (d_m == d_x)
+        mask = {
+            "no mask": None,
+            "padding mask": _padding(_sizes(generator, batch, 1, seq_m - 1), seq_m),
+            "mask": random_mask(generator, batch, 1, seq_m),
+        }[kind]
+        cases.append(_cross_case(generator, batch, seq_q, seq_m, d_x, d_m, d_k, d_v, mask))
+    return cases
+
+
+def _attend_plainly(q, k, v, mask=None):
+    # As a learner's attention computes it: a query that the mask leaves with no key at all gets NaN.
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _along_the_queries(mask: torch.Tensor | None) -> torch.Tensor | None:
+    return None if mask is None else mask.transpose(-2, -1)
+
+
+#: Said after a shape error: the inputs differ in length and may differ in width, and the scores have one shape.
+SHAPE_ERROR_ADVICE = (
+    "In cross-attention x and memory have lengths of their own (seq_q, seq_m) and may have widths of their own "
+    "(d_x, d_m): follow each through your lines, writing down the shape each step gives. The scores must come out "
+    "(batch, seq_q, seq_m), one row per query, one column per memory position."
+)
+
+
+def _shape_error(message: str) -> bool:
+    """Whether the learner's code raised an error about sizes, shapes or axes (told in ``message``)."""
+    raised = re.search(r"raised (?:RuntimeError|IndexError|ValueError): (.*?)It was called with", message, re.DOTALL)
+    return raised is not None and any(
+        word in raised[1].lower() for word in ("size", "shape", "dimension", "cannot be multiplied")
+    )
+
+
+def _with_shape_advice(result: CheckResult) -> CheckResult:
+    """The result, with :data:`SHAPE_ERROR_ADVICE` after a shape error in what the learner is told."""
+    told = "check which shapes your code assumes."
+    if not _shape_error(result.message) or told not in result.message:
+        return result
+    return replace(
+        result,
+        message=result.message.replace(told, f"{told} {SHAPE_ERROR_ADVICE}", 1),
+        symptom=result.symptom.replace(told, f"{told} {SHAPE_ERROR_ADVICE}", 1),
+    )
+
+
+def check_cross_attention(learner: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """Exercise: ``learner(x, memory, w_q, w_k, w_v, memory_mask=None)`` with ``x (batch, seq_q, d_x)`` (the
+    words that ask), ``memory (batch, seq_m, d_m)`` (the words that answer), ``w_q (d_x, d_k)``, ``w_k (d_m, d_k)``,
+    ``w_v (d_m, d_v)`` and an optional boolean ``memory_mask`` broadcastable to the scores
+    ``(batch, seq_q, seq_m)`` (``True`` = may be seen) must return ``(batch, seq_q, d_v)``: the learner's own
+    attention of ``x W_Q`` over ``memory W_K`` and ``memory W_V`` (:func:`cross_attention`). Values and the
+    gradients reaching the inputs and the weights are compared on cases where seq_q ≠ seq_m, d_x ≠ d_m or
+    d_x = d_m, with padding masks, random masks and one mask shared by the batch, and on cases drawn for the
+    answer. A shape error is told what to follow; a swap that raises is named on square inputs."""
+    cases, square = _cross_cases()
+    asks = "x holds the words that ask, the memory the words that answer"
+    misconceptions = [
+        *(
+            Misconception(
+                "queries taken from the memory",
+                implementation,
+                f"The queries are the asking side: {asks}. The output has one row per query, seq_q rows, whatever "
+                "the memory's length.",
+                fix="`q = x @ w_q`; the keys and the values come from the memory.",
+                symptom="Your output has one row per memory position, not one per row of x.",
+            )
+            for implementation in (
+                lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(memory, x, w_q, w_k, w_v, mask),
+                lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(memory, memory, w_q, w_k, w_v, mask),
+            )
+        ),
+        *(
+            Misconception(
+                "keys and values taken from different inputs",
+                implementation,
+                "A query's weights are one per key, and each multiplies the value at the same position: the keys "
+                f"and the values are the same words, those that answer ({asks}).",
+                fix="`k = memory @ w_k` and `v = memory @ w_v`: both from the memory.",
+                symptom="Your score table has one column per row of x, or your weights meet values of another length.",
+            )
+            for implementation in (
+                lambda x, memory, w_q, w_k, w_v, mask=None: scaled_dot_product_attention(
+                    x @ w_q, x @ w_k, memory @ w_v, mask
+                ),
+                lambda x, memory, w_q, w_k, w_v, mask=None: scaled_dot_product_attention(
+                    x @ w_q, memory @ w_k, x @ w_v, mask
+                ),
+            )
+        ),
+        Misconception(
+            "keys and values taken from x (self-attention on x)",
+            lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(x, x, w_q, w_k, w_v, mask),
+            f"That is self-attention: x answers its own questions and the memory plays no part. In cross-attention "
+            f"{asks}: the keys and values come from the memory.",
+            fix="`k = memory @ w_k` and `v = memory @ w_v`.",
+            symptom="Your output does not depend on the memory at all.",
+        ),
+        *(
+            Misconception(
+                POLARITY_NAME,
+                implementation,
+                "memory_mask is True where a memory position may be seen, as the mask of your attention is: "
+                "inverted, it hides the positions it should show and shows those it should hide.",
+                fix="Pass `memory_mask` on as it is, without `~`.",
+                symptom="With a mask, your output draws on the memory positions it blocks, and on none it allows.",
+            )
+            for implementation in (
+                lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(
+                    x, memory, w_q, w_k, w_v, None if mask is None else ~mask
+                ),
+            )
+        ),
+        Misconception(
+            "the memory mask was not used",
+            lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(x, memory, w_q, w_k, w_v),
+            "memory_mask says which memory positions the queries may see (the padding of a shorter memory, say): "
+            "your attention must be given it, or every query also weighs the padding.",
+            fix="Give it to your attention: `my_scaled_dot_product_attention(q, k, v, memory_mask)`.",
+            symptom="Your output is right in every case without a mask and wrong in every case with one.",
+        ),
+        *(
+            Misconception(
+                "the mask laid along the queries' axis",
+                implementation,
+                "The scores are (batch, seq_q, seq_m): the memory positions are their last axis, and so are the "
+                "mask's. Its axis of length 1 stands for the queries, so that one row of the mask serves every "
+                "query; turned on its side, it blocks whole queries instead of memory positions.",
+                fix="Pass `memory_mask` on as it is: `(batch, 1, seq_m)` broadcasts against `(batch, seq_q, seq_m)`.",
+                symptom="With a mask, your code blocks whole queries rather than memory positions.",
+            )
+            for implementation in (
+                lambda x, memory, w_q, w_k, w_v, mask=None: _attend_plainly(
+                    x @ w_q, memory @ w_k, memory @ w_v, _along_the_queries(mask)
+                ),
+                # What PyTorch's F.scaled_dot_product_attention and the package give a query with no key: zeros.
+                lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(
+                    x, memory, w_q, w_k, w_v, _along_the_queries(mask)
+                ),
+            )
+        ),
+    ]
+    result = compare_with_gradients(
+        "cross-attention with your own attention",
+        learner,
+        cross_attention,
+        cases,
+        misconceptions,
+        ATTENTION_OUTPUTS,
+        CROSS_INPUTS,
+        square_cases=square,
+        shortcuts=("scaled_dot_product_attention", "MultiheadAttention"),
+        draw=_draw_cross,
+        verbose=False,
+    )
+    result = _with_shape_advice(result)
+    if verbose:
+        print(result.message)
+    return result

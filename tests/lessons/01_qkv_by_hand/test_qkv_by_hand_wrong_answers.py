@@ -8,6 +8,7 @@ what it then says must contain the listed words). ``test_the_catalogue_is_counte
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from checker_table import catalogue_tests
@@ -46,6 +47,14 @@ def head_without_value_projection(x, w_q, w_k, w_v):
 def head_scores_k_q(x, w_q, w_k, w_v):
     q, k, v = x @ w_q, x @ w_k, x @ w_v  # the projections are right
     weights = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def head_softmax_without_dim(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch warns that the implicit choice of an axis is deprecated
+        weights = torch.nn.functional.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
     return weights @ v, weights
 
 
@@ -110,7 +119,19 @@ HEAD = [
         "scaled by √d_v (the value width) instead of √d_k",
     ),
     Wrong(
+        check_attention_head,
+        "divides by sqrt of the number of words",
+        lambda *a: head(*a, scale=lambda q, x, v: math.sqrt(x.shape[-2])),
+        "scaled by √seq (the number of words) instead of √d_k",
+    ),
+    Wrong(
         check_attention_head, "softmax over the queries", lambda *a: head(*a, dim=-2), "softmax over the queries axis"
+    ),
+    Wrong(
+        check_attention_head,
+        "F.softmax(scores) without dim",
+        head_softmax_without_dim,
+        "softmax without dim: PyTorch picks the axis",
     ),
     Wrong(check_attention_head, "softmax over dim=1", lambda *a: head(*a, dim=1), "softmax over the wrong axis"),
     Wrong(check_attention_head, "softmax over dim=0", lambda *a: head(*a, dim=0), "softmax over the wrong axis"),
