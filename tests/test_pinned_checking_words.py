@@ -9,6 +9,7 @@ with ``Case``, ``Misconception`` and ``AnswerRejected``.
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import torch
 
@@ -258,6 +259,36 @@ def test_a_function_without_source_draws_by_its_code_constants_and_names_and_the
     assert seed(nested) == seed(nested)  # two compilations: the inner code objects live at other addresses
     assert seed("def answer(x):\n    return x + 1\n") != seed("def answer(x):\n    return x + 2\n")
     assert seed("def answer(x):\n    return x.sum()\n") != seed("def answer(x):\n    return x.mean()\n")
+
+
+def test_a_function_with_source_is_seeded_by_its_text_so_a_changed_comment_draws_anew(tmp_path):
+    def loaded(text, name):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.answer
+
+    one = loaded("def answer(x):\n    return x + 1  # one\n", "answer_one")
+    two = loaded("def answer(x):\n    return x + 1  # two\n", "answer_two")
+    assert answer_seed(one) != answer_seed(two)  # the same compiled code: only the text tells them apart
+
+
+def test_a_class_without_source_draws_by_its_methods_code():
+    """A class defined in a notebook cell: inspect cannot read it, its methods' compiled code tells answers apart."""
+
+    def made(body):
+        namespace: dict = {}
+        exec(
+            compile(f"class Answer:\n    def append(self, k):\n        return {body}\n", "<no file>", "exec"), namespace
+        )
+        return namespace["Answer"]
+
+    assert answer_seed(made("k + 1")) == answer_seed(made("k + 1")) != answer_seed(made("k + 2"))
+    empty: dict = {}
+    exec(compile("class Answer:\n    pass\n", "<no file>", "exec"), empty)
+    assert answer_seed(empty["Answer"]) == answer_seed(type("Answer", (), {}))  # no method: its name
 
 
 class Wrapper:

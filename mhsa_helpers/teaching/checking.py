@@ -80,7 +80,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from types import CodeType, FrameType, TracebackType
+from types import CodeType, FrameType, FunctionType, TracebackType
 from typing import Any
 
 import torch
@@ -807,9 +807,19 @@ def answer_seed(learner: Callable[..., Any]) -> int:
     try:
         text = inspect.getsource(target)
     except (OSError, TypeError):
-        code = getattr(getattr(target, "__func__", target), "__code__", None)
-        text = _code_text(code) if isinstance(code, CodeType) else getattr(target, "__qualname__", repr(type(target)))
+        text = _compiled_text(target)
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def _compiled_text(target: Any) -> str:
+    """The code of an answer whose source no file holds: a function's compiled code, a class's methods' (a class
+    defined in a notebook cell, which inspect cannot find), or else its name."""
+    if isinstance(target, type):
+        methods = [value.__code__ for value in vars(target).values() if isinstance(value, FunctionType)]
+        if methods:
+            return target.__qualname__ + repr([_code_text(code) for code in methods])
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    return _code_text(code) if isinstance(code, CodeType) else getattr(target, "__qualname__", repr(type(target)))
 
 
 #: How the cases drawn for an answer are called, in turn (those with floating tensors): as drawn; in float32

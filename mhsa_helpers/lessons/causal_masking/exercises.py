@@ -829,18 +829,16 @@ def padded_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, l
 
 def _padded_mask(lengths: torch.Tensor, seq: int, slip: str) -> torch.Tensor:
     """The mask a known slip of the padded-batch exercise builds (``slip`` a key of :data:`PADDED_MISTAKES`)."""
-    causal = causal_mask(seq)
-    real = torch.arange(seq) < lengths[:, None]  # (batch, seq)
-    keys = real[:, None, None, :]
+    causal, keys, flat = causal_mask(seq), _padding(lengths, seq), _padding(lengths, seq, shape="flat")
     # Built on demand: the flat masks broadcast only where batch == seq (or heads) and raise everywhere else.
     masks: dict[str, Callable[[], torch.Tensor]] = {
         "or": lambda: causal | keys,
         "padding only": lambda: keys,
         "causal only": lambda: causal,
-        "queries": lambda: causal & real[:, None, :, None],
-        "inverted": lambda: causal & ~keys,
-        "flat": lambda: causal & real,  # (seq, seq): the batch axis meets the queries'
-        "flat over heads": lambda: causal & real[:, None, :],  # (batch, seq, seq): the batch axis meets the heads'
+        "queries": lambda: causal & _padding(lengths, seq, shape="queries"),
+        "inverted": lambda: causal & _padding(lengths, seq, keep="pads"),
+        "flat": lambda: causal & flat,  # (seq, seq): the batch axis meets the queries'
+        "flat over heads": lambda: causal & flat[:, None, :],  # (batch, seq, seq): the batch axis meets the heads'
     }
     return masks[slip]()
 

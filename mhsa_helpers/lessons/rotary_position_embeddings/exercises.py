@@ -9,7 +9,6 @@ conversions between pairing conventions happen to be the same permutation.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import re
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from ...teaching.checking import (
     Case,
     CheckResult,
     Misconception,
+    answer_seed,
     check_function,
     learner_line,
     random_tensor,
@@ -479,22 +479,6 @@ def _plain_tensors(module: torch.nn.Module) -> list[str]:
     return found
 
 
-def _source_text(learner: Any) -> str:
-    """The learner's code as text: its source, or for a class defined in a notebook (which inspect cannot read whole)
-    the sources of its methods, or else its name."""
-    try:
-        return inspect.getsource(learner)
-    except (OSError, TypeError):
-        pass
-    parts = []
-    for value in vars(learner).values() if isinstance(learner, type) else ():
-        try:
-            parts.append(inspect.getsource(value))
-        except (OSError, TypeError):
-            continue
-    return "".join(parts) or getattr(learner, "__qualname__", repr(learner))
-
-
 class _Rotating:
     """The learner's class as the checker calls it: built with ``d_head``, ``max_seq_len`` and ``base``, then called on
     ``x`` at ``positions``, every argument by keyword (an argument changed in place is named so). With ``probe``, what
@@ -506,9 +490,6 @@ class _Rotating:
     def __init__(self, learner: Callable[..., Any]) -> None:
         self.learner = learner
         self.name = getattr(learner, "__name__", "your class")
-        # answer_seed reads the __qualname__ of a callable without source: the learner's code, so that a changed
-        # answer draws other cases.
-        self.__qualname__ = _source_text(learner)
 
     def build(self, d_head: int, max_seq_len: int, base: float) -> torch.nn.Module:
         module = self.learner(d_head, max_seq_len, base)
@@ -901,6 +882,7 @@ def check_rotary_embedding(learner: Callable[..., torch.nn.Module], *, verbose: 
         return result
     if not callable(learner):
         raise TypeError(f"learner must be a function or a class (your MyRotaryEmbedding), got {type(learner).__name__}")
+    seed = answer_seed(learner)  # the learner's class, not the wrapper the checker calls: a changed class draws anew
     return check_function(
         exercise,
         _Rotating(learner),
@@ -908,7 +890,7 @@ def check_rotary_embedding(learner: Callable[..., torch.nn.Module], *, verbose: 
         _rotary_cases(),
         ROTARY_MISCONCEPTIONS,
         shortcuts=("RotaryEmbedding", "apply_rotary"),
-        draw=_draw_rotary,
+        draw=lambda _: _draw_rotary(torch.Generator().manual_seed(seed)),
         verbose=verbose,
     )
 

@@ -751,20 +751,15 @@ def check_cross_attention(learner: Callable[..., Any], *, verbose: bool = True) 
             fix="`k = memory @ w_k` and `v = memory @ w_v`.",
             symptom="Your output does not depend on the memory at all.",
         ),
-        *(
-            Misconception(
-                POLARITY_NAME,
-                implementation,
-                "memory_mask is True where a memory position may be seen, as the mask of your attention is: "
-                "inverted, it hides the positions it should show and shows those it should hide.",
-                fix="Pass `memory_mask` on as it is, without `~`.",
-                symptom="With a mask, your output draws on the memory positions it blocks, and on none it allows.",
-            )
-            for implementation in (
-                lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(
-                    x, memory, w_q, w_k, w_v, None if mask is None else ~mask
-                ),
-            )
+        Misconception(
+            POLARITY_NAME,
+            lambda x, memory, w_q, w_k, w_v, mask=None: cross_attention(
+                x, memory, w_q, w_k, w_v, None if mask is None else ~mask
+            ),
+            "memory_mask is True where a memory position may be seen, as the mask of your attention is: "
+            "inverted, it hides the positions it should show and shows those it should hide.",
+            fix="Pass `memory_mask` on as it is, without `~`.",
+            symptom="With a mask, your output draws on the memory positions it blocks, and on none it allows.",
         ),
         Misconception(
             "the memory mask was not used",
