@@ -74,13 +74,15 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     bias: torch.Tensor | None = None,
+    sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`scaled_dot_product_attention` returning ``(output, weights)``, with ``weights = None``
     unless ``need_weights``: one return type, for callers that pass ``need_weights`` on.
 
     Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)``, ``v (..., seq_k, d_v)`` ->
     output ``(..., seq_q, d_v)``, weights ``(..., seq_q, seq_k)``; ``bias`` (float, broadcastable to
-    ``(..., seq_q, seq_k)``) is added to the scaled scores before the mask and the softmax.
+    ``(..., seq_q, seq_k)``) is added to the scaled scores before the mask and the softmax; ``sink``
+    (float, finite, broadcastable to ``(..., seq_q)``) is one more logit in each row's softmax.
     """
     expect_queries_and_keys(q, k)
     expect_floating("v", v, min_ndim=2, shape="(..., seq_k, d_v)")
@@ -102,13 +104,19 @@ def attend(
         expect_mask("mask", mask, scores_shape, "(..., seq_q, seq_k)", device=q.device)
     if bias is not None:
         expect_broadcastable("bias", expect_floating("bias", bias), scores_shape, "(..., seq_q, seq_k)")
+    if sink is not None:
+        expect_broadcastable("sink", expect_floating("sink", sink), scores_shape[:-1], "(..., seq_q)")
     if is_causal and seq_q > seq_k:
         raise ValueError(
             f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
         )
 
     if not need_weights and dropout_p == 0.0 and bias is None:
-        return _fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
+        if sink is None:
+            return _fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
+        # One query (a decoding step) is faster explicitly: the fused path copies every key to add the sink's.
+        if seq_q > 1:
+            return _fused_attention_with_sink(q, k, v, mask, sink, is_causal=is_causal, scale=scale), None
     if is_causal:
         mask = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device))
     if q.dtype in LOW_PRECISION_DTYPES:
@@ -122,7 +130,13 @@ def attend(
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)
+    if sink is None:
+        weights = softmax(scores, dim=-1)
+    else:
+        # The sink is one more column of the softmax with no value vector behind it (gpt-oss): its share
+        # goes nowhere, so the kept weights, its column dropped, sum to less than 1 (notebook 13).
+        column = sink.to(scores.dtype).expand(scores.shape[:-1]).unsqueeze(-1)
+        weights = softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     weights = weights.to(q.dtype)
@@ -153,6 +167,33 @@ def _fused_attention(
     return compat.sdpa_zeroing_fully_masked_rows(q, k, v, mask, is_causal=is_causal, scale=scale)
 
 
+def _fused_attention_with_sink(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    sink: torch.Tensor,
+    *,
+    is_causal: bool,
+    scale: float | None,
+) -> torch.Tensor:
+    """:func:`attend`'s output with a ``sink`` logit per row, from PyTorch's fused kernels: the sink is
+    one more key whose score is the sink (``q . 0`` plus an additive mask) and whose value is zero.
+    Arguments as :func:`attend` has checked them, shapes as there."""
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    batch = broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2], sink.shape[:-1]) or ()
+    if is_causal:
+        mask = combine_masks(mask, causal_mask(seq_q, seq_k, device=q.device))
+    allowed = torch.zeros((*batch, seq_q, seq_k), dtype=q.dtype, device=q.device)
+    if mask is not None:
+        allowed = allowed.masked_fill(~mask, float("-inf"))
+    column = sink.to(q.dtype).expand((*batch, seq_q)).unsqueeze(-1)
+    q, k, v = (t.expand((*batch, *t.shape[-2:])) for t in (q, k, v))
+    k = torch.cat([k, k.new_zeros((*batch, 1, k.shape[-1]))], dim=-2)
+    v = torch.cat([v, v.new_zeros((*batch, 1, v.shape[-1]))], dim=-2)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.cat([allowed, column], dim=-1), scale=scale)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -164,6 +205,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     bias: torch.Tensor | None = None,
+    sink: torch.Tensor | None = None,
 ) -> Output:
     """Attention of every query over the keys, with optional mask and dropout.
 
@@ -172,6 +214,10 @@ def scaled_dot_product_attention(
         mask: boolean, broadcastable to ``(..., seq_q, seq_k)``; ``True`` = may attend.
         bias: float, broadcastable to ``(..., seq_q, seq_k)``, added to the scaled scores before
             the mask and the softmax (ALiBi's distance penalty, notebook 09).
+        sink: float, finite, broadcastable to ``(..., seq_q)``: a logit added to each row's softmax
+            as one more column with no value vector (gpt-oss's attention sinks, notebook 13); the row's
+            weights then sum to less than 1, ``softmax(scores) * sigmoid(logsumexp(scores) - sink)``, and
+            a fully masked row gives all its weight to the sink. ``sink = 0`` is softmax-plus-one.
         returns: output ``(..., seq_q, d_v)``, and with ``need_weights=True`` also the
         attention weights ``(..., seq_q, seq_k)``. Without dropout each row sums to 1, or is
         all zeros when the mask leaves the query nothing to attend to; with ``dropout_p > 0``
@@ -197,6 +243,7 @@ def scaled_dot_product_attention(
     Arguments are checked by :func:`attend`.
     """
     output, weights = attend(
-        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights, bias=bias
-    )
+        q, k, v, mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights, bias=bias,
+        sink=sink,
+    )  # fmt: skip
     return output if weights is None else (output, weights)

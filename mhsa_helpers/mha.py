@@ -48,7 +48,12 @@ from .rope import (
     rope_angles,
 )
 
-__all__ = ["MultiHeadSelfAttention", "multi_head_self_attention"]
+__all__ = ["GATES", "SINKS", "MultiHeadSelfAttention", "multi_head_self_attention"]
+
+#: ``sink=``: a learned logit per head (gpt-oss), or a fixed 0 per head (softmax-plus-one).
+SINKS = ("learned", "plus_one")
+#: ``gate=``: one sigmoid gate per head and token, or one per channel of each head (Qiu et al., 2025).
+GATES = ("headwise", "elementwise")
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -67,6 +72,12 @@ class MultiHeadSelfAttention(nn.Module):
         dropout: probability of zeroing an attention weight in training mode.
         rope: apply rotary position embeddings to queries and keys.
         rope_base, rope_convention, max_seq_len: settings of :class:`RotaryEmbedding`.
+        sink: ``None``, ``"learned"`` or ``"plus_one"``: each head's softmax gets one more logit with no
+            value vector, so a head may attend to nothing — learned per head (``sink`` parameter, gpt-oss)
+            or fixed at 0 (softmax-plus-one). Notebook 13.
+        gate: ``None``, ``"headwise"`` or ``"elementwise"``: each head's output is multiplied by
+            ``sigmoid(x W_g + b_g)`` of the token's own input before ``W_O`` — one gate per head, or one per
+            channel (``gate_proj``, Qiu et al., 2025). Notebook 13.
 
     Parameters: ``qkv_proj`` is one ``nn.Linear(d_in, 3 * d_model)`` whose weight rows are
     ``[W_Q; W_K; W_V]`` (the layout of ``nn.MultiheadAttention.in_proj_weight``), so the
@@ -108,6 +119,8 @@ class MultiHeadSelfAttention(nn.Module):
         rope_base: float = 10000.0,
         rope_convention: str = "interleaved",
         max_seq_len: int = 2048,
+        sink: str | None = None,
+        gate: str | None = None,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -128,6 +141,16 @@ class MultiHeadSelfAttention(nn.Module):
         self.rope: RotaryEmbedding | None = (
             RotaryEmbedding(self.d_head, max_seq_len, rope_base, rope_convention, device=device) if rope else None
         )
+        # (heads,): the logit of each head's sink; softmax-plus-one's fixed zeros are not saved with the weights.
+        logits = torch.zeros(num_heads, device=device, dtype=dtype)
+        if sink is not None and expect_choice("sink", sink, SINKS) == "learned":
+            self.sink: torch.Tensor | None = nn.Parameter(logits)
+        else:
+            self.register_buffer("sink", None if sink is None else logits, persistent=False)
+        self.gate_proj: nn.Linear | None = None
+        if gate is not None:
+            width = num_heads if expect_choice("gate", gate, GATES) == "headwise" else d_model
+            self.gate_proj = nn.Linear(self.d_in, width, device=device, dtype=dtype)
 
     def extra_repr(self) -> str:
         kv = "" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}"
@@ -192,12 +215,17 @@ class MultiHeadSelfAttention(nn.Module):
         # Attend, every head on its own; a key/value head serves `groups` query heads.
         groups, dropout_p = self.num_heads // self.num_kv_heads, (self.dropout if self.training else 0.0)
         k_heads, v_heads = repeat_kv(k_rotated, groups), repeat_kv(v, groups)
+        sink = None if self.sink is None else self.sink.view(-1, 1)  # (heads, 1): one logit per head, every row
         heads, weights = attend(  #                                      (batch, heads, seq, d_head)
-            q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights
+            q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights, sink=sink
         )
         if cache is not None:
             # Kept only once attention has succeeded: a failed call leaves the cache as it was.
             cache.commit(k, v)
+        if self.gate_proj is not None:  # each head's output scaled by a sigmoid of the token's own input
+            heads = heads * torch.sigmoid(
+                split_heads(self.gate_proj(x), self.num_heads)
+            )  # (batch, heads, seq, 1|d_head)
         # Merge the heads and project.                                  (batch, seq, d_out)
         out = self.out_proj(merge_heads(heads))
         return out if weights is None else (out, weights)
