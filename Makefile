@@ -14,6 +14,7 @@
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make bench-gpu        the real model on a GPU: host synchronisations per decoded token, decoding vs transformers
+#   make bench-sinks      notebook 12: what a sink logit and an output gate cost, fused and explicit paths
 #   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
@@ -54,7 +55,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model bench-gpu mutate mutation-report \
+	bench-model bench-gpu bench-sinks mutate mutation-report \
 	clean distclean FORCE
 
 help:
@@ -147,6 +148,9 @@ bench-model: setup
 
 bench-gpu: setup
 	$(VENV_PY) benchmarks/bench_gpu.py
+
+bench-sinks: setup
+	$(VENV_PY) benchmarks/bench_sinks.py
 
 # Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
 # on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can

@@ -140,6 +140,25 @@ def test_bench_forward_quick_mode_runs_end_to_end():
     assert "fast path peak / naive peak" in out
 
 
+def test_bench_sinks_quick_mode_prints_both_paths_and_every_option():
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_sinks.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    out = completed.stdout
+    assert "Cross-check: the fused decoding step written out equals attend's explicit one." in out
+    for row in (
+        "full pass, sink (fused: an extra key)",
+        "decoding step, sink (explicit softmax)",
+        "gate='elementwise'",
+    ):
+        assert f"| {row} |" in out
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script measures (minutes): run make bench-gpu")
 def test_bench_gpu_says_there_is_nothing_to_measure_without_cuda():
     completed = subprocess.run(
