@@ -134,7 +134,7 @@ def attend(
         weights = softmax(scores, dim=-1)
     else:
         # The sink is one more column of the softmax with no value vector behind it (gpt-oss): its share
-        # goes nowhere, so the kept weights, its column dropped, sum to less than 1 (notebook 13).
+        # goes nowhere, so the kept weights, its column dropped, sum to less than 1 (notebook 12).
         column = sink.to(scores.dtype).expand(scores.shape[:-1]).unsqueeze(-1)
         weights = softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
     if dropout_p > 0.0:
@@ -215,7 +215,7 @@ def scaled_dot_product_attention(
         bias: float, broadcastable to ``(..., seq_q, seq_k)``, added to the scaled scores before
             the mask and the softmax (ALiBi's distance penalty, notebook 09).
         sink: float, finite, broadcastable to ``(..., seq_q)``: a logit added to each row's softmax
-            as one more column with no value vector (gpt-oss's attention sinks, notebook 13); the row's
+            as one more column with no value vector (gpt-oss's attention sinks, notebook 12); the row's
             weights then sum to less than 1, ``softmax(scores) * sigmoid(logsumexp(scores) - sink)``, and
             a fully masked row gives all its weight to the sink. ``sink = 0`` is softmax-plus-one.
         returns: output ``(..., seq_q, d_v)``, and with ``need_weights=True`` also the

@@ -74,10 +74,10 @@ class MultiHeadSelfAttention(nn.Module):
         rope_base, rope_convention, max_seq_len: settings of :class:`RotaryEmbedding`.
         sink: ``None``, ``"learned"`` or ``"plus_one"``: each head's softmax gets one more logit with no
             value vector, so a head may attend to nothing — learned per head (``sink`` parameter, gpt-oss)
-            or fixed at 0 (softmax-plus-one). Notebook 13.
+            or fixed at 0 (softmax-plus-one). Notebook 12.
         gate: ``None``, ``"headwise"`` or ``"elementwise"``: each head's output is multiplied by
             ``sigmoid(x W_g + b_g)`` of the token's own input before ``W_O`` — one gate per head, or one per
-            channel (``gate_proj``, Qiu et al., 2025). Notebook 13.
+            channel (``gate_proj``, Qiu et al., 2025). Notebook 12.
 
     Parameters: ``qkv_proj`` is one ``nn.Linear(d_in, 3 * d_model)`` whose weight rows are
     ``[W_Q; W_K; W_V]`` (the layout of ``nn.MultiheadAttention.in_proj_weight``), so the
@@ -219,13 +219,10 @@ class MultiHeadSelfAttention(nn.Module):
         heads, weights = attend(  #                                      (batch, heads, seq, d_head)
             q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights, sink=sink
         )
-        if cache is not None:
-            # Kept only once attention has succeeded: a failed call leaves the cache as it was.
+        if cache is not None:  # kept only once attention has succeeded: a failed call leaves the cache as it was
             cache.commit(k, v)
-        if self.gate_proj is not None:  # each head's output scaled by a sigmoid of the token's own input
-            heads = heads * torch.sigmoid(
-                split_heads(self.gate_proj(x), self.num_heads)
-            )  # (batch, heads, seq, 1|d_head)
+        if self.gate_proj is not None:  # each head scaled by a sigmoid of its token's input (notebook 12)
+            heads = heads * torch.sigmoid(split_heads(self.gate_proj(x), self.num_heads))
         # Merge the heads and project.                                  (batch, seq, d_out)
         out = self.out_proj(merge_heads(heads))
         return out if weights is None else (out, weights)

@@ -385,6 +385,38 @@ def ablation_prediction():
     return torch.tensor([True, True, False, False])
 
 
+def sink_prediction():
+    return (1 + 3) / (1 + 3 + 6)
+
+
+def sink_softmax(scores, sink):
+    column = sink.unsqueeze(-1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+
+
+class MySinkGateAttention(MyCausalSelfAttention):  # notebook 12's exercise 3: the module above, a sink and a gate more
+    def __init__(self, d_model, num_heads, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        self.sink = torch.nn.Parameter(torch.zeros(num_heads))
+        self.w_g = torch.nn.Linear(self.w_q.in_features, num_heads)
+
+    def forward(self, x, cache=None, need_weights=False):
+        seq = x.shape[-2]
+        past = 0 if cache is None else cache.length
+        q, k, v = (split_heads(w(x), self.num_heads) for w in (self.w_q, self.w_k, self.w_v))
+        positions = past + torch.arange(seq)
+        q, k = apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_head)).masked_fill(
+            ~decoding_mask(seq, past + seq), float("-inf")
+        )
+        weights = sink_softmax(scores, self.sink.view(-1, 1))
+        gate = torch.sigmoid(self.w_g(x)).transpose(1, 2).unsqueeze(-1)
+        out = self.w_o(merge_heads((weights @ v) * gate))
+        return (out, weights) if need_weights else out
+
+
 def recipe_order():
     return ["B", "G", "D", "F", "A", "H", "C", "E"]
 
@@ -451,6 +483,9 @@ RIGHT = {
     "check_sink_heads": sink_heads,
     "check_copy_loss": copy_loss,
     "check_ablation_prediction": ablation_prediction,
+    "check_sink_prediction": sink_prediction,
+    "check_sink_softmax": sink_softmax,
+    "check_my_sink_gate_attention": MySinkGateAttention,
 }
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
@@ -459,7 +494,13 @@ MODULES = ("check_my_multi_head_attention", "check_my_causal_self_attention")
 #: The checkers whose answer is a class the checker builds from numbers (notebook 06's caches, with no arguments or with
 #: max_len; notebook 05's rotary embedding, a module built with d_head, max_seq_len and base): it has no `return` to
 #: forget and is given no tensor at its call.
-CLASSES = ("check_kv_cache", "check_static_cache", "check_rotary_embedding", "check_my_block")
+CLASSES = (
+    "check_kv_cache",
+    "check_static_cache",
+    "check_rotary_embedding",
+    "check_my_block",
+    "check_my_sink_gate_attention",
+)
 #: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (
     "check_uniform_prediction",
@@ -469,6 +510,7 @@ NUMBER_PREDICTIONS = (
     "check_parameter_prediction",
     "check_score_prediction",
     "check_mask_prediction",
+    "check_sink_prediction",
 )
 #: The checkers of an ordering exercise: the learner's function takes nothing and returns a list of labels.
 ORDERS = tuple(e.checker.__name__ for lesson in LESSONS for e in lesson.exercises if e.kind == "order")
@@ -512,7 +554,7 @@ TAKES_TENSORS = [
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 53 and len(ORDERS) == 3
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 56 and len(ORDERS) == 3
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -6,8 +6,8 @@ notebook's name without its number (``05_rotary_position_embeddings.ipynb`` → 
 own, ``figures.py``. Tests, benchmarks, the Colab-like check and the README's table of the
 series iterate :data:`LESSONS`; nothing else lists the notebooks.
 
-Adding notebook 12 means: ``notebooks/12_<name>.ipynb``, its solutions notebook
-``notebooks/solutions/12_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
+Adding notebook 13 means: ``notebooks/13_<name>.ipynb``, its solutions notebook
+``notebooks/solutions/13_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
 :class:`Lesson` at the end of :data:`LESSONS`, which lists the notebook's exercises in their order, each
 with its checker (registered here, not found by their names).
 
@@ -39,6 +39,7 @@ from . import (
     real_model,
     rotary_position_embeddings,
     scaled_dot_product_attention,
+    sinks_and_gates,
 )
 
 __all__ = [
@@ -411,6 +412,24 @@ LESSONS: tuple[Lesson, ...] = (
             "previous-token and induction heads, measured and ablated"
         ),
         recall=real_model.check_recall,
+    ),
+    _lesson(
+        12,
+        "sinks_and_gates",
+        "Where attention goes when it has nowhere to go: sinks, softmax-plus-one and gated attention",
+        sinks_and_gates,
+        "sink_explorer",
+        exercises=(
+            Exercise("Predict: where does the weight go?", "predict", 1, sinks_and_gates.check_sink_prediction),
+            Exercise("The sink softmax", "build", 2, sinks_and_gates.check_sink_softmax),
+            Exercise("Sinks and gates in your own module", "build", 3, sinks_and_gates.check_my_sink_gate_attention),
+        ),
+        reading_minutes=30,
+        summary=(
+            "a sink logit per head (gpt-oss), softmax-plus-one and output gates (Qwen3-Next): the weight a head may "
+            "give to nothing, proven equal to a rescaled softmax, trained side by side, and measured in the real model"
+        ),
+        recall=sinks_and_gates.check_recall,
     ),
 )
 
