@@ -1,9 +1,9 @@
 """Every lesson notebook in a real JupyterLab: every explorer's every control, by keyboard and mouse.
 
 A JupyterLab server (``lab.running_lab``) serves a copy of ``notebooks/``; headless Chromium
-opens each lesson notebook that shows an explorer, runs all its cells and waits until every
-code cell has run. Then, for every explorer on the page and every control in it, as a learner
-would:
+opens each lesson notebook that shows an explorer, runs its cells up to its last explorer's (nbval runs
+them all; the later ones train models or load the real one) and waits until they have run. Then, for every
+explorer on the page and every control in it, as a learner would:
 
 - a slider: focus its handle and press an arrow key, then drag the handle with the mouse to
   the other end of its track;
@@ -84,6 +84,19 @@ def lab(tmp_path_factory):
 # ------------------------------------------------------------------ opening and running a notebook
 
 
+def last_explorer_cell(path: Path) -> int:
+    """The index of the notebook's last cell whose stored output is a widget (its last explorer's)."""
+    cells = nbformat.read(path, as_version=4).cells
+    widgets = [
+        index
+        for index, cell in enumerate(cells)
+        if cell.cell_type == "code"
+        and any("application/vnd.jupyter.widget-view+json" in output.get("data", {}) for output in cell.outputs)
+    ]
+    assert widgets, f"{path.name}: no cell shows a widget"
+    return widgets[-1]
+
+
 class Session:
     """One notebook open in JupyterLab, its cells run; records console and page errors."""
 
@@ -116,13 +129,24 @@ class Session:
             "() => window.jupyterapp.shell.currentWidget.content.widgets"
             ".every(c => c.model.type !== 'code' || c.model.executionCount === null)"
         )
-        # Not awaited: evaluate has no timeout, the bounded wait below notices a hung cell.
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        # Every cell up to the last explorer's, in order (the cells after it train models or load the real one:
+        # nbval runs the whole notebook; here what matters is the explorers in the page). Not awaited: evaluate has
+        # no timeout, the bounded wait below notices a hung cell.
+        last = last_explorer_cell(ROOT / "notebooks" / name)
+        page.evaluate(
+            "(last) => { const w = window.jupyterapp.shell.currentWidget;"
+            " if (last + 1 >= w.content.widgets.length) {"
+            "   window.jupyterapp.commands.execute('notebook:run-all-cells'); return; }"
+            " w.content.activeCellIndex = last + 1;"
+            " window.jupyterapp.commands.execute('notebook:run-all-above'); }",
+            last,
+        )
         page.wait_for_function(
-            "() => { const w = window.jupyterapp.shell.currentWidget;"
-            " const cells = w.content.widgets.filter(c => c.model.type === 'code');"
+            "(last) => { const w = window.jupyterapp.shell.currentWidget;"
+            " const cells = w.content.widgets.slice(0, last + 1).filter(c => c.model.type === 'code');"
             " return w.sessionContext.session?.kernel?.status === 'idle'"
-            "   && cells.every(c => c.model.executionCount !== null); }"
+            "   && cells.every(c => c.model.executionCount !== null); }",
+            arg=last,
         )
         page.evaluate(WATCH_JS)
 

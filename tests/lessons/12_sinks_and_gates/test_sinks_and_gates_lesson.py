@@ -55,8 +55,9 @@ from mhsa_helpers.teaching.induction import (
     previous_token_score,
 )
 
-#: Seeds other than the notebook's (0) on which its claims are checked again.
-OTHER_SEEDS = (8, 9)
+#: A seed other than the notebook's (0) on which its claims are checked again (they were measured on seeds 0-14
+#: before they were written; one more run per variant is what the suite's time allows).
+OTHER_SEEDS = (8,)
 
 
 @pytest.fixture(autouse=True)
@@ -175,11 +176,9 @@ def test_train_variants_checks_its_arguments():
 
 @pytest.fixture(scope="module")
 def other_seeds():
-    """The plain and the learned-sink model on two seeds other than the notebook's, and a headwise gate on one."""
+    """The plain, the learned-sink and the headwise-gate model on a seed other than the notebook's."""
     torch.set_num_threads(1)
-    results = train_variants(NOTEBOOK_CONFIG, seeds=OTHER_SEEDS, variants=VARIANTS[:2])
-    results |= train_variants(NOTEBOOK_CONFIG, seeds=OTHER_SEEDS[:1], variants=(VARIANTS[3],))
-    return results
+    return train_variants(NOTEBOOK_CONFIG, seeds=OTHER_SEEDS, variants=(*VARIANTS[:2], VARIANTS[3]))
 
 
 def test_the_notebooks_sink_claims_hold_on_other_seeds(other_seeds):
