@@ -27,7 +27,8 @@ def draw(*shape: int, seed: int) -> torch.Tensor:
 def sink_weights(scores: torch.Tensor, sink: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The definition: one more column ``sink`` in each row's softmax, dropped afterwards."""
     scores = scores.masked_fill(~allowed, -math.inf)
-    column = sink.expand(scores.shape[:-1]).unsqueeze(-1)
+    rows = torch.broadcast_shapes(scores.shape[:-1], sink.shape)
+    scores, column = scores.expand(*rows, scores.shape[-1]), sink.expand(rows).unsqueeze(-1)
     return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
 
 
@@ -92,6 +93,28 @@ def test_the_fused_path_takes_the_sink_as_a_key_with_a_zero_value(monkeypatch):
     last, _ = attend(q[..., -1:, :], k, v, is_causal=True, sink=sink)
     assert len(calls) == 1
     torch.testing.assert_close(last, expected[..., -1:, :])
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "k_shape", "v_shape", "sink_shape"),
+    [
+        ((1, 3, 5, 4), (2, 3, 7, 4), (1, 3, 7, 6), (3, 1)),  # the keys hold the batch
+        ((1, 3, 5, 4), (1, 3, 7, 4), (2, 1, 7, 6), (2, 3, 1)),  # the values do, and a sink per batch and head
+        ((2, 5, 4), (2, 7, 4), (1, 7, 3), (5,)),  # no heads axis, a sink per query
+    ],
+)
+def test_the_fused_sink_path_broadcasts_every_batch_and_takes_the_scale(q_shape, k_shape, v_shape, sink_shape):
+    q, k, v, sink = (
+        draw(*q_shape, seed=20),
+        draw(*k_shape, seed=21),
+        draw(*v_shape, seed=22),
+        draw(*sink_shape, seed=23),
+    )
+    mask = torch.rand(5, 7, generator=torch.Generator().manual_seed(24)) > 0.4
+    out, weights = attend(q, k, v, mask, scale=0.3, sink=sink)  # several queries, no weights: the fused path
+    assert weights is None
+    expected = sink_weights(q @ k.transpose(-2, -1) * 0.3, sink, mask) @ v
+    torch.testing.assert_close(out, expected)
 
 
 def test_a_sink_of_the_wrong_shape_or_kind_is_named():
@@ -176,6 +199,10 @@ def test_the_options_make_their_parameters_and_nothing_else():
     assert sum(p.numel() for p in headwise.parameters()) == count + 12 * 3 + 3
     assert sum(p.numel() for p in elementwise.parameters()) == count + 12 * 12 + 12
     assert set(learned.state_dict()) - set(plain.state_dict()) == {"sink"}
+    # The sink logits and the gate take the module's dtype.
+    wide = MultiHeadSelfAttention(12, 3, sink="learned", gate="headwise", dtype=F64)
+    assert wide.sink.dtype == F64 and wide.gate_proj.weight.dtype == F64
+    assert MultiHeadSelfAttention(12, 3, sink="plus_one", dtype=F64).sink.dtype == F64
     # A learned sink receives a gradient; it moves the output.
     x = draw(1, 4, 12, seed=13).float()
     learned(x).sum().backward()
