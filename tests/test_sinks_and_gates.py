@@ -99,7 +99,8 @@ def test_the_fused_path_takes_the_sink_as_a_key_with_a_zero_value(monkeypatch):
     ("q_shape", "k_shape", "v_shape", "sink_shape"),
     [
         ((1, 3, 5, 4), (2, 3, 7, 4), (1, 3, 7, 6), (3, 1)),  # the keys hold the batch
-        ((1, 3, 5, 4), (1, 3, 7, 4), (2, 1, 7, 6), (2, 3, 1)),  # the values do, and a sink per batch and head
+        ((1, 3, 5, 4), (1, 3, 7, 4), (2, 1, 7, 6), (3, 1)),  # the values do
+        ((2, 3, 5, 4), (1, 3, 7, 4), (2, 1, 7, 6), (2, 3, 1)),  # a sink per batch and head
         ((2, 5, 4), (2, 7, 4), (1, 7, 3), (5,)),  # no heads axis, a sink per query
     ],
 )
