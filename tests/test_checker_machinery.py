@@ -204,3 +204,10 @@ def test_an_outer_alarm_is_given_back_after_the_check():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_noted_appends_the_note_to_every_text_said_and_records_the_shortcuts():
+    told = checking.CheckResult("x", "misconception", "not yet.", symptom="differs.", diagnosis="", fix="do this.")
+    result = checking.noted(told, " Note: n.", ("a.b", "c.d"))
+    assert (result.message, result.symptom, result.diagnosis) == ("not yet. Note: n.", "differs. Note: n.", "")
+    assert result.shortcuts == ("a.b", "c.d") and result.fix == "do this." and result.status == "misconception"

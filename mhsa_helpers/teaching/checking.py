@@ -98,6 +98,7 @@ __all__ = [
     "escalate",
     "judge",
     "learner_line",
+    "noted",
     "random_tensor",
     "random_tensors",
     "state_changed",
@@ -1166,14 +1167,20 @@ def judge(
             f" Note: your function calls {called}, which does what this exercise asks you to write yourself; "
             "that is fine in later notebooks, but here write it from the steps above to see how it works."
         )
-        result = replace(
-            result,
-            message=result.message and result.message + note,
-            symptom=result.symptom and result.symptom + note,
-            diagnosis=result.diagnosis and result.diagnosis + note,
-            shortcuts=tuple(dict.fromkeys(used)),
-        )
+        result = noted(result, note, tuple(dict.fromkeys(used)))
     return result
+
+
+def noted(result: CheckResult, note: str, shortcuts: tuple[str, ...]) -> CheckResult:
+    """``result`` with ``note`` appended to each of its texts that is not empty and ``shortcuts`` as the package
+    pieces it noticed: how a checker says that the answer used what the exercise asks the learner to write."""
+    return replace(
+        result,
+        message=result.message and result.message + note,
+        symptom=result.symptom and result.symptom + note,
+        diagnosis=result.diagnosis and result.diagnosis + note,
+        shortcuts=shortcuts,
+    )
 
 
 def escalate(result: CheckResult) -> CheckResult:

@@ -46,6 +46,7 @@ from ...teaching.checking import (
     escalate,
     judge,
     learner_line,
+    noted,
     random_tensor,
 )
 from ...teaching.modules import (
@@ -1417,13 +1418,7 @@ def check_my_block(learner, *, verbose: bool = True) -> CheckResult:
                 " Note: your block is the package's `TransformerBlock`, which does what this exercise asks you to "
                 "write yourself; write it from section 7's two lines to see how it works."
             )
-            result = replace(
-                result,
-                message=result.message and result.message + note,
-                symptom=result.symptom and result.symptom + note,
-                diagnosis=result.diagnosis and result.diagnosis + note,
-                shortcuts=(*result.shortcuts, told["shortcut"]),
-            )
+            result = noted(result, note, (*result.shortcuts, told["shortcut"]))
         result = escalate(result)
     if verbose:
         print(result.message)

@@ -25,7 +25,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import CodeType
 from typing import Any, cast
 
@@ -44,6 +44,7 @@ from ...teaching.checking import (
     escalate,
     judge,
     learner_line,
+    noted,
     random_tensor,
 )
 from ...teaching.modules import CAUSAL_CONTRACT, load_package_weights
@@ -1328,13 +1329,7 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
                 "you to write yourself; write the sink and the gate into your own MyCausalSelfAttention to see how "
                 "they work."
             )
-            result = replace(
-                result,
-                message=result.message and result.message + note,
-                symptom=result.symptom and result.symptom + note,
-                diagnosis=result.diagnosis and result.diagnosis + note,
-                shortcuts=(*result.shortcuts, told["shortcut"]),
-            )
+            result = noted(result, note, (*result.shortcuts, told["shortcut"]))
         result = escalate(result)
     if verbose:
         print(result.message)
