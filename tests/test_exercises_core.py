@@ -49,6 +49,7 @@ def test_module_exports_the_core_api():
         "escalate",
         "judge",
         "learner_line",
+        "noted",
         "random_tensor",
         "random_tensors",
         "state_changed",
