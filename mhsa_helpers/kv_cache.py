@@ -7,13 +7,15 @@ attention sinks (:class:`SlidingWindowCache`) in notebook 09.
 During generation the keys and values of past tokens never change, so they are
 kept instead of being recomputed. Keys are stored *after* RoPE: position ``m``
 was rotated once, when its token arrived; new tokens continue at
-``positions = cache.length, cache.length + 1, ...``. The one exception is a
-``SlidingWindowCache(rope_positions="cache")``, which stores keys *before* RoPE and
-has them rotated at every step by their slot in the cache (StreamingLLM, Xiao et al., 2023, §3.2).
+``positions = cache.next_position, cache.next_position + 1, ...`` (``next_position`` is
+``length``, the tokens seen). A ``SlidingWindowCache(rope_positions="cache")`` numbers its keys
+by their slot in the cache instead (StreamingLLM, Xiao et al., 2023, §3.2): new tokens come at the
+next free slot, and a key that moves down when the middle is evicted is rotated back by as many slots.
 
 A module uses a cache in two steps, so that a call that fails leaves the cache as it was:
 ``keys, values = cache.extended(new_keys, new_values)`` gives everything to attend to, and
-``cache.commit(keys, values)`` keeps it once attention has succeeded.
+``cache.commit(keys, values, rope)`` keeps it once attention has succeeded (``rope``, the module's
+:class:`~mhsa_helpers.rope.RotaryEmbedding`, for a cache that moves keys to other slots).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .checks import expect_choice, expect_int, expect_tensor
+from .rope import RotaryEmbedding
 
 __all__ = ["CACHE_ROPE_POSITIONS", "KVCache", "SlidingWindowCache", "expect_cache"]
 
@@ -38,12 +41,13 @@ class KVCache:
     constant cost per token; more than ``capacity`` tokens raise ``ValueError`` and change nothing.
     Write in place only without autograd (``torch.no_grad()``), as when generating.
 
-    ``length`` is the next token's position; ``keys`` and ``values`` are what is held.
+    ``length`` counts the tokens seen; ``keys`` and ``values`` are what is held.
     ``rope_positions`` says where RoPE puts the held keys: always ``"original"`` here (rotated
-    once, at their position in the stream, and stored rotated); see :class:`SlidingWindowCache`.
+    once, at their position in the stream, and stored rotated), so the next token's position,
+    ``next_position``, is ``length``; see :class:`SlidingWindowCache`.
     """
 
-    #: Where RoPE places the held keys (read by ``MultiHeadSelfAttention.forward``).
+    #: Where RoPE places the held keys: at their position in the stream.
     rope_positions: str = "original"
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -54,6 +58,11 @@ class KVCache:
 
     @property
     def length(self) -> int:
+        return self._length
+
+    @property
+    def next_position(self) -> int:
+        """The RoPE position of the next token: after the ones seen."""
         return self._length
 
     @property
@@ -141,8 +150,9 @@ class KVCache:
                 f".to({str(held.device)!r}) or start a new KVCache"
             )
 
-    def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Keep ``keys`` and ``values``, the result of :meth:`extended`, as the cache's content."""
+    def commit(self, keys: torch.Tensor, values: torch.Tensor, rope: RotaryEmbedding | None = None) -> None:
+        """Keep ``keys`` and ``values``, the result of :meth:`extended`, as the cache's content. ``rope`` is
+        unused here: a key stays where it was rotated (see :class:`SlidingWindowCache`)."""
         if self.capacity is None:
             self._keys, self._values = keys, values
         self._length = keys.shape[-2]
@@ -176,13 +186,14 @@ class SlidingWindowCache(KVCache):
       ``sliding_window_mask(..., window, sinks)``; but after ``t`` tokens the query sees a sink
       ``t`` positions back, a distance that grows without bound and that a model trained on
       short sequences never saw.
-    * ``"cache"`` (StreamingLLM, Xiao et al., 2023, §3.2): keys are stored *before* RoPE; at
-      each step the held keys and the new ones are rotated by their slot in the cache,
-      ``0 .. kept + new - 1``, and each new query by its own slot. A sink is then never more than
-      ``sinks + window - 1`` positions from the query, and the window keys keep their true
-      distances. Positions never exceed the cache's size, so a stream may be longer than the
-      module's RoPE table (``max_seq_len``). ``MultiHeadSelfAttention`` does the rotation; it
-      refuses explicit ``token_positions`` with such a cache.
+    * ``"cache"`` (StreamingLLM, Xiao et al., 2023, §3.2): each key is held rotated by its slot in
+      the cache, ``0 .. kept - 1``: new tokens come at the next free slot (``next_position``, the
+      number of keys held), and when the middle is evicted the keys after it move down as many
+      slots and are rotated back by as many (:meth:`~mhsa_helpers.rope.RotaryEmbedding.moved_back`:
+      rotations compose). A sink is then never more than ``sinks + window - 1`` positions from the
+      query, and the window keys keep their true distances. Positions never exceed the cache's
+      size, so a stream may be longer than the module's RoPE table (``max_seq_len``). Explicit
+      ``token_positions`` are refused with such a cache.
 
     Until the first token is evicted the two agree exactly (slot = position).
     """
@@ -196,15 +207,28 @@ class SlidingWindowCache(KVCache):
         self.rope_positions = expect_choice("rope_positions", rope_positions, CACHE_ROPE_POSITIONS)
         self.positions = torch.zeros(0, dtype=torch.long)
 
-    def commit(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    @property
+    def next_position(self) -> int:
+        """The RoPE position of the next token: after the ones seen, or with ``rope_positions="cache"`` at
+        the next free slot."""
+        return self.positions.numel() if self.rope_positions == "cache" else self._length
+
+    def commit(self, keys: torch.Tensor, values: torch.Tensor, rope: RotaryEmbedding | None = None) -> None:
+        """Keep the sinks and the window of ``keys`` and ``values``, the result of :meth:`extended`. With
+        ``rope_positions="cache"``, ``rope`` (the module's) rotates each kept key back by the slots it moved
+        down; without it the keys are kept as they are (a module without RoPE)."""
         new = keys.shape[-2] - self.positions.numel()
         positions = torch.cat((self.positions, torch.arange(self._length, self._length + new)))
         self._length += new
         # The next query sits at position `length` and sees positions > length - window, and the sinks.
         keep = (positions < self.sinks) | (positions > self._length - self.window)
-        index = keep.nonzero().squeeze(-1).to(keys.device)
-        self._keys, self._values = keys.index_select(-2, index), values.index_select(-2, index)
-        self.positions = positions[keep]
+        index = keep.nonzero().squeeze(-1)
+        keys = keys.index_select(-2, index.to(keys.device))
+        self._values = values.index_select(-2, index.to(values.device))
+        if rope is not None and self.rope_positions == "cache":
+            # Slot index[j] becomes slot j: the kept keys behind an evicted stretch move down by its length.
+            keys = rope.moved_back(keys, index - torch.arange(index.numel()))
+        self._keys, self.positions = keys, positions[keep]
 
     def mask_for(self, new: int, *, device: str | torch.device | None = None) -> torch.Tensor:
         """The boolean mask ``(new, kept + new)`` of a step that feeds ``new`` tokens: each sees the
@@ -231,10 +255,19 @@ class SlidingWindowCache(KVCache):
         )
 
 
-def expect_cache(cache: object, x: torch.Tensor, num_heads: int, d_head: int) -> KVCache:
-    """A cache that a layer of ``num_heads`` key/value heads of size ``d_head`` can extend with ``x``'s tokens."""
+def expect_cache(
+    cache: object, x: torch.Tensor, num_heads: int, d_head: int, token_positions: torch.Tensor | None = None
+) -> KVCache:
+    """A cache that a layer of ``num_heads`` key/value heads of size ``d_head`` can extend with ``x``'s tokens
+    (at ``token_positions``, if the caller gives them)."""
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+    if token_positions is not None and cache.rope_positions == "cache":
+        raise ValueError(
+            "token_positions must be None with a SlidingWindowCache(rope_positions='cache'): it gives "
+            f"each key and query its slot in the cache; got token_positions of shape "
+            f"{tuple(token_positions.shape)}; use rope_positions='original' to rotate by positions you choose"
+        )
     cache.expect_room(x.shape[-2])
     if cache.keys is None or cache.values is None:
         return cache

@@ -92,11 +92,11 @@ class MultiHeadSelfAttention(nn.Module):
             ``(batch, 1, 1, seq_k)`` (:func:`~mhsa_helpers.masking.padding_mask`): a ``(batch, seq_k)``
             one broadcasts as ``(seq, seq_k)``, masking query ``b`` with row ``b``.
         token_positions: integer ``(seq,)`` or ``(batch, seq)`` RoPE positions; default
-            ``cache.length + 0 .. seq-1``.
+            ``cache.next_position + 0 .. seq-1``.
         need_weights: also return the attention weights ``(..., heads, seq, seq_k)``.
         cache: a :class:`KVCache` to read past keys/values from and append to; it holds
             ``num_kv_heads`` heads. With a ``SlidingWindowCache(rope_positions="cache")`` the keys
-            are cached before RoPE and rotated by their slot in the cache (StreamingLLM).
+            are rotated by their slot in the cache (StreamingLLM): the cache says where.
     Returns ``(..., seq, d_out)``, or ``(output, weights)`` with ``need_weights=True``.
 
     Without ``need_weights`` and without active dropout the heads are computed by
@@ -190,15 +190,14 @@ class MultiHeadSelfAttention(nn.Module):
     ) -> Output:
         """Notebook 06's recipe; arguments and shapes as in the class docstring."""
         expect_input(x, self.d_in, self.qkv_proj.weight.dtype)
-        cache = None if cache is None else expect_cache(cache, x, self.num_kv_heads, self.d_head)
-        in_cache = cache is not None and cache.rope_positions == "cache"
-        expect_token_positions(token_positions, x, rope_on=self.rope is not None, in_cache=in_cache)
-        past, seq = (0 if cache is None else cache.length), x.shape[-2]  # the mask is checked by attend
+        expect_token_positions(token_positions, x, rope_on=self.rope is not None)
+        cache = None if cache is None else expect_cache(cache, x, self.num_kv_heads, self.d_head, token_positions)
+        past, seq = (0 if cache is None else cache.next_position), x.shape[-2]  # the mask is checked by attend
         # Project: one matrix multiply for the three projections.      (batch, seq, d_model | kv_dim)
         q, k, v = self.qkv_proj(x).split((self.d_model, self.kv_dim, self.kv_dim), dim=-1)
         # Split into heads.                                  (batch, heads | kv_heads, seq, d_head)
         q, k, v = split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
-        if self.rope is not None and not in_cache:  # rotate queries and keys (never values) by their positions
+        if self.rope is not None:  # rotate queries and keys (never values) by their positions
             if token_positions is None:  # the new tokens come after the cached ones: positions counted on the host
                 cos, sin = self.rope.angles_at(past, seq)
             else:  # (seq,) or (batch, seq) -> (batch, 1, seq): the same for every head
@@ -207,20 +206,15 @@ class MultiHeadSelfAttention(nn.Module):
         # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
         if cache is not None:
             k, v = cache.extended(k, v)
-        k_rotated = k
-        if self.rope is not None and in_cache:  # StreamingLLM: keys held before RoPE, rotated by their slots
-            cos, sin = self.rope.angles_at(0, k.shape[-2])
-            q = apply_rotary(q, cos[-seq:], sin[-seq:], self.rope.convention)
-            k_rotated = apply_rotary(k, cos, sin, self.rope.convention)
         # Attend, every head on its own; a key/value head serves `groups` query heads.
         groups, dropout_p = self.num_heads // self.num_kv_heads, (self.dropout if self.training else 0.0)
-        k_heads, v_heads = repeat_kv(k_rotated, groups), repeat_kv(v, groups)
+        k_heads, v_heads = repeat_kv(k, groups), repeat_kv(v, groups)
         sink = None if self.sink is None else self.sink.view(-1, 1)  # (heads, 1): one logit per head, every row
         heads, weights = attend(  #                                      (batch, heads, seq, d_head)
             q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights, sink=sink
         )
         if cache is not None:  # kept only once attention has succeeded: a failed call leaves the cache as it was
-            cache.commit(k, v)
+            cache.commit(k, v, self.rope)
         if self.gate_proj is not None:  # each head scaled by a sigmoid of its token's input (notebook 12)
             heads = heads * torch.sigmoid(split_heads(self.gate_proj(x), self.num_heads))
         # Merge the heads and project.                                  (batch, seq, d_out)
@@ -354,9 +348,9 @@ def expect_rope_d_head(d_model: int, num_heads: int) -> None:
     )
 
 
-def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on: bool, in_cache: bool = False) -> None:
+def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on: bool) -> None:
     """RoPE positions for ``x (..., seq, d_in)``, if any: integers broadcastable to ``x.shape[:-1]``,
-    given only when RoPE is on and rotates by positions in the stream."""
+    given only when RoPE is on."""
     if token_positions is None:
         return
     token_positions = expect_tensor("token_positions", token_positions)
@@ -364,12 +358,6 @@ def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on:
         raise ValueError(
             "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
             f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
-        )
-    if in_cache:
-        raise ValueError(
-            "token_positions must be None with a SlidingWindowCache(rope_positions='cache'): it gives "
-            f"each key and query its slot in the cache; got token_positions of shape "
-            f"{tuple(token_positions.shape)}; use rope_positions='original' to rotate by positions you choose"
         )
     seq = x.shape[-2]
     if token_positions.ndim == 0 or token_positions.shape[-1] != seq:

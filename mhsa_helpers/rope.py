@@ -297,6 +297,23 @@ class RotaryEmbedding(nn.Module):
         positions = token_positions.to(self.cos_cached.device)
         return self.cos_cached[positions], self.sin_cached[positions]
 
+    def moved_back(self, x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+        """``x (..., seq, d_head)``, rotated at some positions, rotated back by ``shifts (seq,)`` (integers
+        ``>= 0``, one per row): rotations compose, ``R(p) = R(-s) R(p + s)``, so a key held at position ``p + s``
+        is then held at ``p`` (a cache that moves its keys to lower slots, :class:`~mhsa_helpers.kv_cache.
+        SlidingWindowCache`). A pure rotation: a scaling's magnitude (YaRN) is not applied again."""
+        expect_integer_tensor("shifts", shifts)
+        if shifts.numel() and (int(shifts.min()) < 0 or int(shifts.max()) >= self.max_seq_len):
+            raise ValueError(
+                f"shifts must lie in [0, max_seq_len - 1] = [0, {self.max_seq_len - 1}], got values from "
+                f"{int(shifts.min())} to {int(shifts.max())}"
+            )
+        # Row 0 of the table holds cos 0 = 1 times the magnitude: dividing by it leaves the rotation alone.
+        magnitude = self.cos_cached[0]
+        index = shifts.to(self.cos_cached.device)
+        cos, sin = self.cos_cached[index] / magnitude, self.sin_cached[index] / magnitude
+        return apply_rotary(x, cos.to(x.device), -sin.to(x.device), self.convention)
+
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x (..., seq, d_head)`` by its positions; returns the same shape."""
         expect_floating("x", x, min_ndim=2, shape="(..., seq, d_head)")

@@ -209,3 +209,27 @@ def test_angles_at_host_positions_are_the_table_rows_and_are_checked_as_integers
         "token_positions must lie in [0, max_seq_len - 1] = [0, 7], got values from 6 to 8; build RotaryEmbedding "
         "with a larger max_seq_len"
     )
+
+
+@pytest.mark.parametrize("convention", ["interleaved", "half_split"])
+def test_moved_back_rotates_each_row_back_by_its_shift_in_either_convention(convention):
+    """A row rotated at position p + s, moved back by s, equals the row rotated at p (written out with
+    rope_angles): rotations compose. A shift of 0 leaves its row exactly as it was."""
+    rope = RotaryEmbedding(4, 16, convention=convention)
+    raw = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    held_at, shifts = torch.tensor([5, 9, 4]), torch.tensor([0, 3, 4])
+    rotated = apply_rotary(raw, *rope_angles(held_at, 4), convention)
+    moved = rope.moved_back(rotated, shifts)
+    torch.testing.assert_close(moved, apply_rotary(raw, *rope_angles(held_at - shifts, 4), convention))
+    assert torch.equal(moved[:, 0], rotated[:, 0])
+
+
+def test_moved_back_messages():
+    rope = RotaryEmbedding(4, 8)
+    x = torch.zeros(2, 4)
+    with raises(TypeError, "shifts must be an integer tensor, got dtype torch.float32"):
+        rope.moved_back(x, torch.tensor([0.0, 1.0]))
+    with raises(ValueError, "shifts must lie in [0, max_seq_len - 1] = [0, 7], got values from -1 to 2"):
+        rope.moved_back(x, torch.tensor([-1, 2]))
+    with raises(ValueError, "shifts must lie in [0, max_seq_len - 1] = [0, 7], got values from 0 to 8"):
+        rope.moved_back(x, torch.tensor([0, 8]))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from mhsa_helpers import MultiHeadSelfAttention, SlidingWindowCache
 from mhsa_helpers.long_context import sliding_window_mask
-from mhsa_helpers.rope import apply_rotary, rope_angles
+from mhsa_helpers.rope import RopeScaling, RotaryEmbedding, apply_rotary, rope_angles
 
 
 def make_layer(num_kv_heads: int | None = None, convention: str = "interleaved", max_seq_len: int = 64):
@@ -134,7 +134,7 @@ def test_without_sinks_only_distances_matter_and_the_two_agree():
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_keys_are_cached_before_rotation_only_in_cache_mode():
+def test_kept_keys_are_held_rotated_by_their_slot_in_cache_mode_and_by_their_position_otherwise():
     layer = make_layer()
     x = torch.randn(1, 9, 16, generator=torch.Generator().manual_seed(6))
     raw_keys = layer.qkv_proj(x)[..., 16:32].unflatten(-1, (4, 4)).transpose(1, 2)  # (1, 4, 9, d_head)
@@ -143,11 +143,34 @@ def test_keys_are_cached_before_rotation_only_in_cache_mode():
         for t in range(9):
             layer(x[:, t : t + 1], cache=original)
             layer(x[:, t : t + 1], cache=in_cache)
+            # The next token comes at the next free slot in cache mode, after the tokens seen otherwise.
+            assert in_cache.next_position == min(t + 1, 3) and original.next_position == t + 1
     kept = [0, 7, 8]
     assert in_cache.positions.tolist() == kept
-    torch.testing.assert_close(in_cache.keys, raw_keys[:, :, kept])
-    rotated = apply_rotary(raw_keys[:, :, kept], *rope_angles(torch.tensor(kept), 4))
-    torch.testing.assert_close(original.keys, rotated, atol=1e-6, rtol=1e-6)
+    # Keys 7 and 8 arrived at slot 3 and moved down, evicting the middle each step: rotated back each time.
+    by_slot = apply_rotary(raw_keys[:, :, kept], *rope_angles(torch.arange(3), 4))
+    torch.testing.assert_close(in_cache.keys, by_slot, atol=1e-6, rtol=1e-6)
+    by_position = apply_rotary(raw_keys[:, :, kept], *rope_angles(torch.tensor(kept), 4))
+    torch.testing.assert_close(original.keys, by_position, atol=1e-6, rtol=1e-6)
+    # The sink never moves: it is held exactly as it was rotated at slot 0, never rotated again.
+    assert torch.equal(in_cache.keys[:, :, 0], original.keys[:, :, 0])
+
+
+def test_keys_moved_down_are_rotated_back_without_a_scalings_magnitude_again():
+    """YaRN multiplies cos and sin by the square root of its score factor: a key rotated back by a shift must be
+    rotated, not scaled a second time, so a long stream holds keys of the same length as a fresh rotation's."""
+    scaling = RopeScaling("yarn", 4.0, 16)
+    torch.manual_seed(0)
+    layer = MultiHeadSelfAttention(16, 4, causal=True, rope=True, max_seq_len=64).eval()
+    layer.rope = RotaryEmbedding(4, 64, scaling=scaling)
+    x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(8))
+    cache = SlidingWindowCache(3, 1, rope_positions="cache")
+    with torch.no_grad():
+        for t in range(12):
+            layer(x[:, t : t + 1], cache=cache)
+    raw_keys = layer.qkv_proj(x)[..., 16:32].unflatten(-1, (4, 4)).transpose(1, 2)[:, :, cache.positions.tolist()]
+    cos, sin = layer.rope.angles_at(0, 3)
+    torch.testing.assert_close(cache.keys, apply_rotary(raw_keys, cos, sin), atol=1e-6, rtol=1e-6)
 
 
 def test_a_stream_longer_than_the_rope_table_needs_slots_only():
