@@ -1,18 +1,32 @@
 """The rules of the shared checker machinery (mhsa_helpers.teaching.checking) on tiny made-up exercises:
 whole numbers, outputs, copies of the arguments, the time limit outside the main thread, several
-fitting mistakes, probes, the checker's own failures, and the learner's signature."""
+fitting mistakes, probes, the checker's own failures, the learner's signature, and the pieces that drive a
+learner's class (whose code is the learner's, what raised, the loose comparison, the memo and the driver)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 import mhsa_helpers.teaching.checking as checking
-from mhsa_helpers.teaching.checking import AnswerRejected, Case, Misconception, check_function
+from mhsa_helpers.teaching.checking import (
+    AnswerRejected,
+    Case,
+    Misconception,
+    Remembered,
+    check_function,
+    class_driver,
+    output_tensor,
+    own_code,
+    raised_outside,
+    roughly_equal,
+)
 
 BYTES_CASES = [Case((100_000, 3), description="100000 tokens, 3 bytes each")]
 
@@ -211,3 +225,237 @@ def test_noted_appends_the_note_to_every_text_said_and_records_the_shortcuts():
     result = checking.noted(told, " Note: n.", ("a.b", "c.d"))
     assert (result.message, result.symptom, result.diagnosis) == ("not yet. Note: n.", "differs. Note: n.", "")
     assert result.shortcuts == ("a.b", "c.d") and result.fix == "do this." and result.status == "misconception"
+
+
+# ------------------------------------------------------------------ driving a learner's class
+
+
+def unwritten_helper():
+    raise NotImplementedError
+
+
+class LearnersParent(nn.Module):
+    """The learner's class that another of theirs extends; its grandparent, nn.Module, is torch's."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.d_model = d_model
+
+    def forward(self, x):
+        raise NotImplementedError
+
+    @property
+    def width(self):
+        return self.d_model
+
+
+class LearnersChild(LearnersParent):
+    def __init__(self, d_model, *, written=True):
+        super().__init__(d_model)
+        if not written:
+            unwritten_helper()
+
+    def forward(self, x):
+        raise NotImplementedError
+
+    @staticmethod
+    def helper():
+        return 1
+
+    @property
+    def height(self):
+        return 2
+
+
+class ParentNotWritten(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        raise NotImplementedError
+
+
+class ChildOfUnwritten(ParentNotWritten):
+    def __init__(self, d_model):
+        super().__init__(d_model)
+
+
+def codes(*functions):
+    return {function.__code__ for function in functions}
+
+
+def test_own_code_is_the_class_own_methods_or_with_inherited_those_of_the_learners_classes_it_extends():
+    child = codes(
+        LearnersChild.__init__, LearnersChild.forward, LearnersChild.helper, LearnersChild.height.fget
+    )  # a staticmethod's and a property's code too
+    parent = codes(LearnersParent.__init__, LearnersParent.forward, LearnersParent.width.fget)
+    assert own_code(LearnersChild) == child
+    assert own_code(LearnersChild, inherited=True) == child | parent  # not nn.Module's, which is torch's
+    assert own_code(LearnersParent, inherited=True) == parent
+    assert own_code(nn.Linear, inherited=True) == set()  # every class of its MRO is torch's (or object)
+
+
+def test_own_code_of_a_function_is_its_code_and_of_anything_else_nothing():
+    def build(d_model):
+        return LearnersChild(d_model)
+
+    assert own_code(build) == {build.__code__} == own_code(build, inherited=True)
+    assert own_code(functools.partial(build, 4)) == set()
+
+
+def raised(call):
+    with pytest.raises(NotImplementedError) as caught:
+        call()
+    return caught.value
+
+
+def test_raised_outside_is_none_for_the_learners_own_stub_and_for_torch():
+    own = own_code(LearnersChild)
+    assert raised_outside(raised(lambda: LearnersChild(4).forward(None)), own) is None
+    # nn.Module's forward, never overridden, raises from torch's own file.
+    assert raised_outside(raised(lambda: nn.Module()(torch.ones(1))), own) is None
+    assert raised_outside(NotImplementedError(), own) is None  # never raised: no traceback
+
+
+def test_raised_outside_names_the_code_outside_the_learners_own_that_raised():
+    own = own_code(LearnersChild)
+    assert raised_outside(raised(lambda: LearnersChild(4, written=False)), own) == "unwritten_helper"
+    # The parent's stub is outside the class's own code, and inside it with the inherited methods.
+    assert raised_outside(raised(lambda: LearnersParent(4).forward(None)), own) == "LearnersParent.forward"
+    assert (
+        raised_outside(raised(lambda: LearnersParent(4).forward(None)), own_code(LearnersChild, inherited=True)) is None
+    )
+
+
+def test_output_tensor_passes_a_tensor_and_rejects_anything_else_saying_what_it_got():
+    tensor = torch.ones(2)
+    assert output_tensor(tensor, "your forward") is tensor
+    with pytest.raises(AnswerRejected) as rejected:
+        output_tensor((tensor, tensor), "your forward")
+    assert str(rejected.value) == "your forward returned tuple, not the output tensor alone"
+
+
+def test_roughly_equal_is_loose_scaled_by_the_largest_magnitude_and_strict_on_shape():
+    want = torch.tensor([1000.0, 0.0], dtype=torch.float64)
+    assert roughly_equal(want.clone(), want)
+    assert not roughly_equal(want.reshape(1, 2), want)  # the same values, in another shape
+    assert not roughly_equal(want[:1], want)
+    # atol is 1e-4 of the largest magnitude (0.1 here), so 0.05 off at the 0 passes and 0.2 off does not.
+    assert roughly_equal(want + torch.tensor([0.0, 0.05], dtype=torch.float64), want)
+    assert not roughly_equal(want + torch.tensor([0.0, 0.2], dtype=torch.float64), want)
+    small = torch.zeros(3, dtype=torch.float64)  # the scale is at least 1
+    assert roughly_equal(small + 5e-5, small) and not roughly_equal(small + 2e-4, small)
+    assert roughly_equal(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0], dtype=torch.float64))  # any dtype
+
+
+def test_remembered_computes_once_per_key_and_input_and_hands_out_copies():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return (torch.arange(3.0, requires_grad=True) * 2,)
+
+    remembered = Remembered(8)
+    x = torch.ones(2, 3)
+    (first,) = remembered(("reference",), x, compute)
+    assert not first.requires_grad  # kept detached
+    first.add_(100.0)  # what a caller does to it reaches no later call
+    (second,) = remembered(("reference",), x.clone(), compute)
+    assert torch.equal(second, torch.tensor([0.0, 2.0, 4.0])) and len(calls) == 1
+    second.add_(100.0)
+    assert torch.equal(remembered(("reference",), x, compute)[0], torch.tensor([0.0, 2.0, 4.0]))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "x"),
+    [
+        (("reference",), torch.zeros(2, 3, dtype=torch.int32)),  # another dtype, the same bytes
+        (("reference",), torch.zeros(3, 2)),  # another shape, the same bytes
+        (("reference",), torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])),  # another value
+        (("mistake",), torch.zeros(2, 3)),  # another key
+    ],
+    ids=["dtype", "shape", "values", "key"],
+)
+def test_remembered_computes_again_for_another_key_or_input(key, x):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return (torch.zeros(1),)
+
+    remembered = Remembered(8)
+    remembered(("reference",), torch.zeros(2, 3), compute)
+    remembered(key, x, compute)
+    assert len(calls) == 2
+
+
+def test_remembered_lets_the_oldest_go_past_its_limit():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return (torch.zeros(1),)
+
+    remembered = Remembered(2)
+    x = torch.ones(2)
+    for name in ("a", "b", "c"):
+        remembered((name,), x, compute)
+    assert len(calls) == 3
+    remembered(("c",), x, compute)
+    remembered(("b",), x, compute)
+    assert len(calls) == 3  # the two newest are kept
+    remembered(("a",), x, compute)
+    assert len(calls) == 4  # the oldest was let go
+
+
+def said_not_written(where, error):
+    return f"{where} still raises NotImplementedError ({type(error).__name__})."
+
+
+def build_and_run(learner, x, size, probe, told):
+    module = learner(size)
+    return module(x) if not probe else {"probe": probe, "module": module}
+
+
+def test_the_driver_passes_its_arguments_through_and_leaves_the_global_generator_as_it_was():
+    seen = []
+
+    def drive_once(learner, x, size, probe, told):
+        seen.append((learner, size, probe, told))
+        nn.Linear(size, size)  # building draws initial weights from the global generator
+        return torch.randn(2)
+
+    told: dict[str, str] = {}
+    drive = class_driver(LearnersChild, told, drive_once, said_not_written)
+    torch.manual_seed(3)
+    before = torch.random.get_rng_state()
+    drive(torch.ones(1, 4), 4)
+    drive(torch.ones(1, 4), 4, probe=True)
+    drive(torch.ones(1, 4), 4, False)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert seen == [(LearnersChild, 4, probe, told) for probe in (None, True, False)]
+
+
+def test_the_driver_lets_a_stub_of_the_learners_own_class_through():
+    told: dict[str, str] = {}
+    drive = class_driver(LearnersChild, told, build_and_run, said_not_written)
+    with pytest.raises(NotImplementedError):
+        drive(torch.ones(1, 4), 4)
+    # The parent's stub is the learner's own code when the inherited methods are.
+    inherited = class_driver(ChildOfUnwritten, told, build_and_run, said_not_written, inherited=True)
+    with pytest.raises(NotImplementedError):
+        inherited(torch.ones(1, 4), 4)
+    assert told == {}
+
+
+@pytest.mark.parametrize("not_probing", [None, False])
+def test_the_driver_tells_code_outside_the_class_that_still_raises_and_keeps_it_only_when_not_probing(not_probing):
+    told: dict[str, str] = {}
+    drive = class_driver(ChildOfUnwritten, told, build_and_run, said_not_written)
+    expected = "ParentNotWritten.__init__ still raises NotImplementedError (NotImplementedError)."
+    with pytest.raises(AnswerRejected) as probed:
+        drive(torch.ones(1, 4), 4, probe=("built",))
+    assert str(probed.value) == expected and isinstance(probed.value.__cause__, NotImplementedError)
+    assert told == {}  # a probe's failure is no verdict on the answer
+    with pytest.raises(AnswerRejected) as rejected:
+        drive(torch.ones(1, 4), 4, probe=not_probing)
+    assert str(rejected.value) == expected and told == {"not written": expected}

@@ -58,6 +58,10 @@ into a plain "not yet".
 
 A stub that still raises ``NotImplementedError`` is reported as not attempted,
 without raising, so committed notebooks with unsolved stubs run top to bottom.
+
+A checker of a learner's *class* (``MyBlock``) runs, as the learner's function, a :func:`class_driver`: it builds
+the class at a case's size, copies the package's weights in and drives it, and tells a stub of the learner's own
+class (not attempted yet) from code outside it that still raises ``NotImplementedError`` (the class it builds on).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ import textwrap
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -94,13 +99,19 @@ __all__ = [
     "Case",
     "CheckResult",
     "Misconception",
+    "Remembered",
     "check_function",
+    "class_driver",
     "escalate",
     "judge",
     "learner_line",
     "noted",
+    "output_tensor",
+    "own_code",
+    "raised_outside",
     "random_tensor",
     "random_tensors",
+    "roughly_equal",
     "state_changed",
 ]
 
@@ -1474,3 +1485,118 @@ def _gives(
     except Exception:  # the original fails where the answer does not: it was changed
         return False
     return all(_same(g, o, atol, rtol) for g, o in zip(outputs, theirs, strict=True))
+
+
+# ------------------------------------------------------------------ driving a learner's class
+
+#: Where torch's own code lives: a NotImplementedError raised there is torch's, not a stub of the learner's.
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def own_code(learner: Any, *, inherited: bool = False) -> set[CodeType]:
+    """The code of the learner's class itself: its own methods (properties' getters too), and with ``inherited`` those
+    of every class it extends that is neither torch's nor this package's; for a function, its code."""
+    if not isinstance(learner, type):
+        return {learner.__code__} if hasattr(learner, "__code__") else set()
+    classes = (
+        [
+            klass
+            for klass in learner.__mro__
+            if klass is not object and not klass.__module__.startswith(("torch", "mhsa_helpers"))
+        ]
+        if inherited
+        else [learner]
+    )
+    codes = set()
+    for klass in classes:
+        for member in vars(klass).values():
+            function = getattr(member, "__func__", getattr(member, "fget", member))
+            if isinstance(getattr(function, "__code__", None), CodeType):
+                codes.add(function.__code__)
+    return codes
+
+
+def raised_outside(error: NotImplementedError, own: set[CodeType]) -> str | None:
+    """The qualified name of the code that raised ``error`` (the last frame of its traceback) when that code is
+    neither in ``own`` (:func:`own_code`) nor torch's: code of the learner's outside the class checked that still
+    raises NotImplementedError (the class it builds on, as a rule). None when the learner's own stub raised it."""
+    frames = list(traceback.walk_tb(error.__traceback__))
+    code = frames[-1][0].f_code if frames else None
+    if code is None or code in own or code.co_filename.startswith(_TORCH_DIR):
+        return None
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def output_tensor(value: Any, what: str) -> torch.Tensor:
+    """``value`` when it is a tensor; otherwise :class:`AnswerRejected`, saying that ``what`` (``"your forward"``)
+    returned something else."""
+    if isinstance(value, torch.Tensor):
+        return value
+    raise AnswerRejected(f"{what} returned {type(value).__name__}, not the output tensor alone")
+
+
+def roughly_equal(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether ``got`` has ``want``'s shape and values, loosely: to 1e-3 relative, and 1e-4 of ``want``'s largest
+    magnitude (at least 1)."""
+    # Loose on purpose: this only tells a wrong part (an attention, a parent class) from a right one before the
+    # learner's own lines run; the learner's numbers are compared tightly.
+    scale = max(1.0, float(want.abs().max()))
+    return got.shape == want.shape and torch.allclose(got.to(want.dtype), want, rtol=1e-3, atol=1e-4 * scale)
+
+
+class Remembered:
+    """What ``compute()`` gave, by key and input: a checker's references and known mistakes are computed once per
+    case (the given cases are the same at every check, and an answer checked again meets the same drawn ones).
+    At most ``limit`` results are kept; the oldest goes first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[tuple, tuple[torch.Tensor, ...]] = OrderedDict()
+
+    def __call__(
+        self, key: tuple, x: torch.Tensor, compute: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[torch.Tensor, ...]:
+        """``compute()``, or what it gave before for ``key`` and the same ``x`` (its dtype, shape and values); copies,
+        so that nothing a caller does to them reaches a later check."""
+        key = (*key, x.dtype, tuple(x.shape), x.detach().cpu().numpy().tobytes())
+        if key not in self._kept:
+            self._kept[key] = tuple(t.detach() for t in compute())
+            if len(self._kept) > self.limit:
+                self._kept.popitem(last=False)
+        return tuple(t.clone() for t in self._kept[key])
+
+
+def class_driver(
+    learner: Any,
+    told: dict[str, str],
+    drive_once: Callable[[Any, torch.Tensor, Any, Any, dict[str, str]], Any],
+    not_written: Callable[[str, NotImplementedError], str],
+    *,
+    inherited: bool = False,
+) -> Callable[..., Any]:
+    """What a checker of the learner's *class* runs as the learner: ``drive(x, size, probe=None)`` calls
+    ``drive_once(learner, x, size, probe, told)`` (which builds the class at ``size``, copies the package's weights
+    in and runs it on ``x``) with the global random generator left as it was (building draws initial weights).
+
+    ``probe`` is None (or False) when the judge runs a case, and what a misconception's probe asks for otherwise.
+    A NotImplementedError from the learner's own class (:func:`own_code`, with ``inherited``) or from torch goes
+    on as it is (the answer is not attempted yet); one from code outside it (:func:`raised_outside`) becomes
+    :class:`AnswerRejected` saying ``not_written(name, error)``, also kept in ``told["not written"]`` when no
+    probe is running, so the checker can tell the learner where to write the missing code."""
+    own = own_code(learner, inherited=inherited)
+
+    def drive(x: torch.Tensor, size: Any, probe: Any = None) -> Any:
+        # Building draws the layers' initial weights from the global generator: expected, so it is left unchanged.
+        with torch.random.fork_rng(devices=[]):
+            try:
+                return drive_once(learner, x, size, probe, told)
+            except NotImplementedError as error:
+                where = raised_outside(error, own)
+                if where is None:
+                    raise
+                said = not_written(where, error)
+                if not probe:
+                    told["not written"] = said
+                raise AnswerRejected(said) from error
+
+    return drive

@@ -9,16 +9,13 @@ diagnosis are :mod:`mhsa_helpers.teaching.modules`'s, shared with notebooks 07 a
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import inspect
 import io
-import os
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from types import CodeType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, cast
 
 import torch
@@ -40,14 +37,18 @@ from ...teaching.checking import (
     Case,
     CheckResult,
     Misconception,
+    Remembered,
     answer_seed,
     check_function,
     checking_state,
+    class_driver,
     escalate,
     judge,
     learner_line,
     noted,
+    output_tensor,
     random_tensor,
+    roughly_equal,
 )
 from ...teaching.modules import (
     CAUSAL_CONTRACT,
@@ -829,20 +830,7 @@ def _decoded(module: Callable[..., Any], x: torch.Tensor) -> torch.Tensor:
 
 #: What the package's blocks and known mistakes gave, by case: the given cases are the same at every check, and an
 #: answer checked again meets the same drawn ones.
-_REMEMBERED: collections.OrderedDict[tuple, tuple[torch.Tensor, ...]] = collections.OrderedDict()
-
-
-def _remembered(
-    key: tuple, x: torch.Tensor, compute: Callable[[], tuple[torch.Tensor, ...]]
-) -> tuple[torch.Tensor, ...]:
-    """``compute()``, or what it gave before for ``key`` and the same ``x``; copies, so that nothing a caller does to
-    them reaches a later check."""
-    key = (*key, x.dtype, tuple(x.shape), x.detach().cpu().numpy().tobytes())
-    if key not in _REMEMBERED:
-        _REMEMBERED[key] = tuple(t.detach() for t in compute())
-        if len(_REMEMBERED) > 4096:
-            _REMEMBERED.popitem(last=False)
-    return tuple(t.clone() for t in _REMEMBERED[key])
+_remembered = Remembered(4096)
 
 
 def _both(step: Callable[..., torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1108,33 +1096,12 @@ BLOCK_MISCONCEPTIONS = (
 BLOCK_PARTS = ("ln_1", "attn", "ln_2", "mlp")
 
 _BLOCK = "my_block"
-_TORCH_DIR = os.path.dirname(torch.__file__)
 _EXERCISE_4 = "check_my_causal_self_attention(MyCausalSelfAttention)"
 
 
-def _own_code(learner: Any) -> set[CodeType]:
-    """The code of the learner's block itself: its class's methods (not the attention's), or the function."""
-    if not isinstance(learner, type):
-        return {learner.__code__} if hasattr(learner, "__code__") else set()
-    codes = set()
-    for klass in learner.__mro__:
-        if klass.__module__.startswith(("torch", "mhsa_helpers")) or klass is object:
-            continue
-        for member in vars(klass).values():
-            function = getattr(member, "__func__", getattr(member, "fget", member))
-            if isinstance(getattr(function, "__code__", None), CodeType):
-                codes.add(function.__code__)
-    return codes
-
-
-def _not_written(error: NotImplementedError, own: set[CodeType]) -> str | None:
-    """None when ``error`` comes from the block's own stub (or from torch); otherwise what to tell the learner: which
-    code of theirs outside the block still raises it (their attention of exercise 4, as a rule)."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    code = frames[-1][0].f_code if frames else None
-    if code is None or code in own or code.co_filename.startswith(_TORCH_DIR):
-        return None
-    where = getattr(code, "co_qualname", code.co_name)
+def _attention_not_written(where: str, error: NotImplementedError) -> str:
+    """What to tell the learner when ``where``, code of theirs outside the block (their attention of exercise 4, as a
+    rule), still raises ``error``."""
     return (
         f"your block is written, but {where} still raises NotImplementedError{learner_line(error)}. Your block's "
         "attention is your MyCausalSelfAttention of exercise 4: write it there, check it with "
@@ -1220,12 +1187,6 @@ def _copy_block(
         ) from error
 
 
-def _tensor(value: Any, what: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    raise AnswerRejected(f"{what} returned {type(value).__name__}, not the output tensor alone")
-
-
 def _attention_check(attn: nn.Module, size: _BlockSize, hidden: int, x: torch.Tensor) -> None:
     """Before the block is compared: does its attention alone, holding the package attention's weights, give what
     the package's attention gives, in a full pass and token by token? Built without the block's rope_base, it is
@@ -1234,8 +1195,8 @@ def _attention_check(attn: nn.Module, size: _BlockSize, hidden: int, x: torch.Te
     bases = [float(kept)] if isinstance(kept, (int, float)) else list(dict.fromkeys((size.rope_base, 10000.0)))
     try:
         with torch.no_grad():
-            full = _tensor(attn(x), "your block's attention, called as attn(x),")
-            steps = _decoded(lambda t, cache: _tensor(attn(t, cache=cache), "your block's attention"), x)
+            full = output_tensor(attn(x), "your block's attention, called as attn(x),")
+            steps = _decoded(lambda t, cache: output_tensor(attn(t, cache=cache), "your block's attention"), x)
     except (NotImplementedError, AnswerRejected):
         raise
     except Exception as error:
@@ -1254,7 +1215,11 @@ def _attention_check(attn: nn.Module, size: _BlockSize, hidden: int, x: torch.Te
 
         want_full, want_steps = _remembered(("attention", size, base), x, compute)
         differs = (
-            "in a full pass" if not _near(full, want_full) else "token by token" if not _near(steps, want_steps) else ""
+            "in a full pass"
+            if not roughly_equal(full, want_full)
+            else "token by token"
+            if not roughly_equal(steps, want_steps)
+            else ""
         )
         if not differs:
             return
@@ -1266,13 +1231,9 @@ def _attention_check(attn: nn.Module, size: _BlockSize, hidden: int, x: torch.Te
     )
 
 
-def _near(got: torch.Tensor, want: torch.Tensor) -> bool:
-    # Loose on purpose: this only tells a wrong attention from a right one; the block's numbers are compared tightly.
-    scale = max(1.0, float(want.abs().max()))
-    return got.shape == want.shape and torch.allclose(got.to(want.dtype), want, rtol=1e-3, atol=1e-4 * scale)
-
-
-def _drive(learner: Any, x: torch.Tensor, size: _BlockSize, probe: bool, told: dict[str, str]) -> Any:
+def _drive(learner: Any, x: torch.Tensor, size: _BlockSize, probe: bool | None, told: dict[str, str]) -> Any:
+    """``learner``, the class, built at a case's size with the package block's weights copied in, run on the case's
+    ``x`` in a full pass and token by token through a package cache; with ``probe``, what it is made of."""
     mine = learner(size.d_model, size.num_heads, **size.keywords())
     if not isinstance(mine, nn.Module):
         raise AnswerRejected(f"{size!r} gave {type(mine).__name__}, not an nn.Module")
@@ -1303,7 +1264,7 @@ def _drive(learner: Any, x: torch.Tensor, size: _BlockSize, probe: bool, told: d
     full = mine(x)
     if full is None:  # told as a forgotten `return`
         return None
-    full = _tensor(full, "your forward")
+    full = output_tensor(full, "your forward")
     if not torch.equal(x.detach(), before):
         raise AnswerRejected(
             "your forward changed its input x in place (`x += ...`, say), so the caller's tensor changed too: write "
@@ -1311,7 +1272,7 @@ def _drive(learner: Any, x: torch.Tensor, size: _BlockSize, probe: bool, told: d
         )
     steps, cache = [], KVCache()
     for t in range(x.shape[1]):
-        step = _tensor(mine(x[:, t : t + 1], cache=cache), "token by token, your forward")
+        step = output_tensor(mine(x[:, t : t + 1], cache=cache), "token by token, your forward")
         if step.shape != x[:, t : t + 1].shape:
             raise AnswerRejected(
                 f"token by token, your block returned shape {tuple(step.shape)} for one new token "
@@ -1319,27 +1280,6 @@ def _drive(learner: Any, x: torch.Tensor, size: _BlockSize, probe: bool, told: d
             )
         steps.append(step)
     return full, torch.cat(steps, dim=1)
-
-
-def _block_driver(learner: Any, told: dict[str, str]) -> Callable[..., Any]:
-    """``learner``, the class, built at a case's size with the package block's weights copied in, run on the case's
-    ``x`` in a full pass and token by token through a package cache; with ``probe``, what it is made of."""
-    own = _own_code(learner)
-
-    def drive(x: torch.Tensor, size: _BlockSize, probe: bool = False) -> Any:
-        # Building draws the layers' initial weights from the global generator: expected, so it is left unchanged.
-        with torch.random.fork_rng(devices=[]):
-            try:
-                return _drive(learner, x, size, probe, told)
-            except NotImplementedError as error:
-                said = _not_written(error, own)
-                if said is None:
-                    raise
-                if not probe:
-                    told["not written"] = said
-                raise AnswerRejected(said) from error
-
-    return drive
 
 
 def _block_case(x: torch.Tensor, size: _BlockSize) -> Case:
@@ -1397,7 +1337,8 @@ def check_my_block(learner, *, verbose: bool = True) -> CheckResult:
         seed = answer_seed(learner)
         result = judge(
             _BLOCK,
-            _block_driver(learner, told),
+            # The block's own code: its class's methods and those of every class of the learner's it extends.
+            class_driver(learner, told, _drive, _attention_not_written, inherited=True),
             _block_reference,
             _block_cases(),
             BLOCK_MISCONCEPTIONS,

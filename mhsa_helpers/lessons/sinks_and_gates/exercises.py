@@ -14,19 +14,15 @@ learner is sent back to notebook 06's exercise 4 rather than told that the new l
 
 from __future__ import annotations
 
-import collections
 import copy
 import functools
 import inspect
 import itertools
 import math
-import os
 import sys
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import CodeType
 from typing import Any, cast
 
 import torch
@@ -39,13 +35,17 @@ from ...teaching.checking import (
     Case,
     CheckResult,
     Misconception,
+    Remembered,
     answer_seed,
     check_function,
+    class_driver,
     escalate,
     judge,
     learner_line,
     noted,
+    output_tensor,
     random_tensor,
+    roughly_equal,
 )
 from ...teaching.modules import CAUSAL_CONTRACT, load_package_weights
 from ...teaching.predictions import check_prediction
@@ -528,7 +528,6 @@ def check_sink_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> 
 
 _EXERCISE = "my_sink_gate_attention"
 _NAME = "MySinkGateAttention"
-_TORCH_DIR = os.path.dirname(torch.__file__)
 _CHECK_06 = (
     "Check it with notebook 06's exercise 4 checker (`from mhsa_helpers.lessons.causal_mhsa_with_rope import "
     "check_my_causal_self_attention`, then `check_my_causal_self_attention(MyCausalSelfAttention)`), fix it in "
@@ -625,7 +624,7 @@ def _decoded(step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, what: st
     for start, end in _chunks(x.shape[1]):
         out = step(x[:, start:end], cache)
         if what:
-            out = _tensor(out, what)
+            out = output_tensor(out, what)
             if out.shape[:-1] != x[:, start:end].shape[:-1]:
                 raise AnswerRejected(
                     f"{what} returned shape {tuple(out.shape)} for {end - start} new token(s) "
@@ -637,20 +636,7 @@ def _decoded(step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, what: st
 
 #: What the package's modules and the known mistakes gave, by case: the given cases are the same at every check, and
 #: an answer checked again meets the same drawn ones.
-_REMEMBERED: collections.OrderedDict[tuple, tuple[torch.Tensor, ...]] = collections.OrderedDict()
-
-
-def _remembered(
-    key: tuple, x: torch.Tensor, compute: Callable[[], tuple[torch.Tensor, ...]]
-) -> tuple[torch.Tensor, ...]:
-    """``compute()``, or what it gave before for ``key`` and the same ``x``; copies, so that nothing a caller does to
-    them reaches a later check."""
-    key = (*key, x.dtype, tuple(x.shape), x.detach().cpu().numpy().tobytes())
-    if key not in _REMEMBERED:
-        _REMEMBERED[key] = tuple(t.detach() for t in compute())
-        if len(_REMEMBERED) > 2048:
-            _REMEMBERED.popitem(last=False)
-    return tuple(t.clone() for t in _REMEMBERED[key])
+_remembered = Remembered(2048)
 
 
 def _package_outputs(module: MultiHeadSelfAttention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -969,12 +955,6 @@ SINK_GATE_MISCONCEPTIONS = (
 # ------------------------------------------------ driving the learner's module
 
 
-def _tensor(value: Any, what: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    raise AnswerRejected(f"{what} returned {type(value).__name__}, not the output tensor alone")
-
-
 def _pair(value: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, torch.Tensor) for t in value):
         return value[0], value[1]
@@ -984,26 +964,9 @@ def _pair(value: Any) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _own_code(learner: Any) -> set[CodeType]:
-    """The code of the learner's class itself (its own methods, not those it inherits), or of the function."""
-    if not isinstance(learner, type):
-        return {learner.__code__} if hasattr(learner, "__code__") else set()
-    codes = set()
-    for member in vars(learner).values():
-        function = getattr(member, "__func__", getattr(member, "fget", member))
-        if isinstance(getattr(function, "__code__", None), CodeType):
-            codes.add(function.__code__)
-    return codes
-
-
-def _not_written(error: NotImplementedError, own: set[CodeType]) -> str | None:
-    """None when ``error`` comes from the learner's own stub (or from torch); otherwise what to tell the learner: which
-    code outside their class still raises it (the module it extends, as a rule)."""
-    frames = list(traceback.walk_tb(error.__traceback__))
-    code = frames[-1][0].f_code if frames else None
-    if code is None or code in own or code.co_filename.startswith(_TORCH_DIR):
-        return None
-    where = getattr(code, "co_qualname", code.co_name)
+def _parent_not_written(where: str, error: NotImplementedError) -> str:
+    """What to tell the learner when ``where``, code outside their class (the module it extends, as a rule), still
+    raises ``error``."""
     return (
         f"{where} still raises NotImplementedError{learner_line(error)}. The class yours extends is your "
         "MyCausalSelfAttention of notebook 06: write it there (exercise 4), save it with `save_mine`, then run this "
@@ -1034,12 +997,6 @@ def _unwatched() -> Iterator[None]:
         sys.setprofile(previous)
 
 
-def _near(got: torch.Tensor, want: torch.Tensor) -> bool:
-    # Loose on purpose: this only tells a wrong parent from a right one; the learner's numbers are compared tightly.
-    scale = max(1.0, float(want.abs().max()))
-    return got.shape == want.shape and torch.allclose(got.to(want.dtype), want, rtol=1e-3, atol=1e-4 * scale)
-
-
 def _parent_check(parent: type, x: torch.Tensor, size: _Size) -> None:
     """Before the learner's module is compared: does the class it extends, built alone at the case's size with the
     package's projections, give what the package's plain attention gives, in a full pass and through a cache?"""
@@ -1051,7 +1008,7 @@ def _parent_check(parent: type, x: torch.Tensor, size: _Size) -> None:
                 parent, size.features, size.d_model, size.num_heads, size.bias, size.rope_base
             ).to(x.dtype)
             load_package_weights(mine, plain)
-            full = _tensor(mine(x), f"your {parent.__name__}, called alone as mine(x),")
+            full = output_tensor(mine(x), f"your {parent.__name__}, called alone as mine(x),")
             steps = _decoded(lambda chunk, cache: mine(chunk, cache=cache), x, f"your {parent.__name__}")
     except (NotImplementedError, AnswerRejected):
         raise
@@ -1063,7 +1020,11 @@ def _parent_check(parent: type, x: torch.Tensor, size: _Size) -> None:
         ) from error
     want_full, _, _, want_steps = _remembered(("plain", size), x, lambda: _package_outputs(plain, x))
     differs = (
-        "in a full pass" if not _near(full, want_full) else "through a cache" if not _near(steps, want_steps) else ""
+        "in a full pass"
+        if not roughly_equal(full, want_full)
+        else "through a cache"
+        if not roughly_equal(steps, want_steps)
+        else ""
     )
     if differs:
         raise AnswerRejected(
@@ -1163,6 +1124,8 @@ def _checked_parent(parent: type | None, x: torch.Tensor, size: _Size) -> bool:
 
 
 def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[str, str]) -> Any:
+    """``learner``, the class, built at a case's size with the package module's weights copied in, run on the case's
+    ``x`` in the four calls the checker compares; with ``probe``, what a probe reads of it."""
     # The class the learner's extends is checked first, before the learner's own __init__ runs on top of it.
     checked = probe != ("built",) and _checked_parent(_parent(learner) if isinstance(learner, type) else None, x, size)
     mine = learner(size.d_model, size.num_heads, **size.keywords())
@@ -1188,10 +1151,10 @@ def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[st
         _checked_parent(_parent(type(mine)), x, size)
     if isinstance(probe, tuple) and probe[:1] == ("values zero",):
         with torch.no_grad():
-            return _tensor(mine(x), "your forward")
+            return output_tensor(mine(x), "your forward")
     if probe == ("gradients",):
         mine.requires_grad_(True)
-        _tensor(mine(x), "your forward").sum().backward()
+        output_tensor(mine(x), "your forward").sum().backward()
         named = {"sink": "sink", "w_g.weight": "gate_proj.weight" if packaged else "w_g.weight"}
         parameters = dict(mine.named_parameters())
         return {
@@ -1200,31 +1163,10 @@ def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[st
             and bool(cast(torch.Tensor, parameters[name].grad).abs().sum() > 0)
             for mine_name, name in named.items()
         }
-    full = _tensor(mine(x), "your forward")
+    full = output_tensor(mine(x), "your forward")
     out, weights = _pair(mine(x, need_weights=True))
     steps = _decoded(lambda chunk, cache: mine(chunk, cache=cache), x, "through a cache, your forward")
     return full, out, weights, steps
-
-
-def _module_driver(learner: Any, told: dict[str, str]) -> Callable[..., Any]:
-    """``learner``, the class, built at a case's size with the package module's weights copied in, run on the case's
-    ``x`` in the four calls the checker compares; with ``probe``, what a probe reads of it."""
-    own = _own_code(learner)
-
-    def drive(x: torch.Tensor, size: _Size, probe: Any = None) -> Any:
-        # Building draws the layers' initial weights from the global generator: expected, so it is left unchanged.
-        with torch.random.fork_rng(devices=[]):
-            try:
-                return _drive(learner, x, size, probe, told)
-            except NotImplementedError as error:
-                said = _not_written(error, own)
-                if said is None:
-                    raise
-                if probe is None:
-                    told["not written"] = said
-                raise AnswerRejected(said) from error
-
-    return drive
 
 
 def _module_case(x: torch.Tensor, size: _Size) -> Case:
@@ -1303,7 +1245,8 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
         seed = answer_seed(learner)
         result = judge(
             _EXERCISE,
-            _module_driver(learner, told),
+            # The learner's own code: its class's own methods, not those it inherits from the class it extends.
+            class_driver(learner, told, _drive, _parent_not_written),
             _module_reference,
             _module_cases(),
             SINK_GATE_MISCONCEPTIONS,
