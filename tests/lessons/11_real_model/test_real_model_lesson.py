@@ -532,6 +532,9 @@ def test_prediction_checker_measures_single_head_ablations(model):
     for given in (lambda: answer, answer):  # the function, or the value itself
         result = check_ablation_prediction(given, verbose=False)
         assert result.correct and "Measured rises of the loss (nats), each head zeroed alone: L16H0" in result.message
+        # As every checker's right answer (tests/test_checker_answers.py): no note, and it says why it is so.
+        assert result.shortcuts == () and "Note" not in result.message
+        assert result.message.split("] ", 1)[1].startswith("correct: "), result.message
     assert check_ablation_prediction(lambda: answer.long(), verbose=False).status == "incorrect"
 
 
