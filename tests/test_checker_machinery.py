@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import mhsa_helpers.teaching.checking as checking
+from mhsa_helpers import MultiHeadSelfAttention
 from mhsa_helpers.teaching.checking import (
     AnswerRejected,
     Case,
@@ -292,6 +293,12 @@ def test_own_code_is_the_class_own_methods_or_with_inherited_those_of_the_learne
     assert own_code(LearnersParent, inherited=True) == parent
     assert own_code(nn.Linear, inherited=True) == set()  # every class of its MRO is torch's (or object)
 
+    class OnThePackage(MultiHeadSelfAttention):  # the package's class is no code of the learner's either
+        def extra_repr(self):
+            return "mine"
+
+    assert own_code(OnThePackage, inherited=True) == {OnThePackage.extra_repr.__code__}
+
 
 def test_own_code_of_a_function_is_its_code_and_of_anything_else_nothing():
     def build(d_model):
@@ -344,6 +351,10 @@ def test_roughly_equal_is_loose_scaled_by_the_largest_magnitude_and_strict_on_sh
     small = torch.zeros(3, dtype=torch.float64)  # the scale is at least 1
     assert roughly_equal(small + 5e-5, small) and not roughly_equal(small + 2e-4, small)
     assert roughly_equal(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0], dtype=torch.float64))  # any dtype
+    # And 1e-3 relative: 0.5 off at 1000 passes (0.1 + 1.0 allowed), 2 off does not, nor half of a value off.
+    assert roughly_equal(want + torch.tensor([0.5, 0.0], dtype=torch.float64), want)
+    assert not roughly_equal(want + torch.tensor([2.0, 0.0], dtype=torch.float64), want)
+    assert not roughly_equal(torch.tensor([1.5]), torch.tensor([1.0]))
 
 
 def test_remembered_computes_once_per_key_and_input_and_hands_out_copies():
