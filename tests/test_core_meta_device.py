@@ -147,3 +147,13 @@ def test_a_sliding_window_mask_is_made_where_the_cache_is():
     cache.append(meta(1, 3, 4), meta(1, 3, 4))
     assert cache.mask_for(2).device == META
     assert SlidingWindowCache(2).mask_for(2).device == torch.device("cpu")  # nothing held yet: the CPU
+
+
+@pytest.mark.parametrize(("sink", "gate"), [("learned", "headwise"), ("plus_one", "elementwise")])
+def test_the_sink_and_the_gate_are_made_on_the_device_and_in_the_dtype_asked_for(sink, gate):
+    module = mh.MultiHeadSelfAttention(8, 2, causal=True, sink=sink, gate=gate, device=META, dtype=torch.float64)
+    assert module.sink is not None and module.gate_proj is not None
+    made = [module.sink, module.gate_proj.weight, module.gate_proj.bias]
+    assert all(t.device == META and t.dtype == torch.float64 for t in made)
+    # Three queries take the fused path: its extra key, mask column and causal mask are made where q is.
+    assert module(meta(1, 3, 8, dtype=torch.float64)).device == META
