@@ -83,16 +83,17 @@ def expect_positions_below(
     high: int = -1,
     *,
     remedy: str = "build RotaryEmbedding with a larger max_seq_len",
+    name: str = "token_positions",
 ) -> None:
     """Positions have a cached angle: those of ``token_positions`` (read from it), or ``low .. high``, counted on
     the host, when it is ``None`` or empty. A ``meta`` tensor has no values to check. ``remedy`` ends the message:
-    what the caller can change."""
+    what the caller can change (nothing, when empty); ``name`` is the argument the positions came as."""
     if token_positions is not None and token_positions.numel() and not token_positions.is_meta:
         low, high = int(token_positions.min()), int(token_positions.max())
     if low < 0 or high >= max_seq_len:
         raise ValueError(
-            f"token_positions must lie in [0, max_seq_len - 1] = [0, {max_seq_len - 1}], "
-            f"got values from {low} to {high}; {remedy}"
+            f"{name} must lie in [0, max_seq_len - 1] = [0, {max_seq_len - 1}], "
+            f"got values from {low} to {high}" + (f"; {remedy}" if remedy else "")
         )
 
 
@@ -300,14 +301,10 @@ class RotaryEmbedding(nn.Module):
     def moved_back(self, x: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
         """``x (..., seq, d_head)``, rotated at some positions, rotated back by ``shifts (seq,)`` (integers
         ``>= 0``, one per row): rotations compose, ``R(p) = R(-s) R(p + s)``, so a key held at position ``p + s``
-        is then held at ``p`` (a cache that moves its keys to lower slots, :class:`~mhsa_helpers.kv_cache.
-        SlidingWindowCache`). A pure rotation: a scaling's magnitude (YaRN) is not applied again."""
-        expect_integer_tensor("shifts", shifts)
-        if shifts.numel() and (int(shifts.min()) < 0 or int(shifts.max()) >= self.max_seq_len):
-            raise ValueError(
-                f"shifts must lie in [0, max_seq_len - 1] = [0, {self.max_seq_len - 1}], got values from "
-                f"{int(shifts.min())} to {int(shifts.max())}"
-            )
+        is then held at ``p`` (a cache that moves its keys to lower slots,
+        :class:`~mhsa_helpers.kv_cache.SlidingWindowCache`). A pure rotation: a scaling's magnitude (YaRN) is not
+        applied again."""
+        expect_positions_below(expect_integer_tensor("shifts", shifts), self.max_seq_len, remedy="", name="shifts")
         # Row 0 of the table holds cos 0 = 1 times the magnitude: dividing by it leaves the rotation alone.
         magnitude = self.cos_cached[0]
         index = shifts.to(self.cos_cached.device)

@@ -441,9 +441,14 @@ def _same(got: Any, expected: Any, atol: float, rtol: float) -> bool:
 # ------------------------------------------------------------------ whose code is this
 
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (torch.__file__, os.__file__, os.path.dirname(os.path.abspath(__file__)))
+#: Where torch's own code lives: a NotImplementedError raised there is torch's, not a stub of the learner's.
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_LIBRARY_DIRS = (
+    _TORCH_DIR,
+    *(
+        os.path.dirname(os.path.abspath(path)) + os.sep
+        for path in (os.__file__, os.path.dirname(os.path.abspath(__file__)))
+    ),
 )
 
 
@@ -1488,9 +1493,6 @@ def _gives(
 
 
 # ------------------------------------------------------------------ driving a learner's class
-
-#: Where torch's own code lives: a NotImplementedError raised there is torch's, not a stub of the learner's.
-_TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 def own_code(learner: Any, *, inherited: bool = False) -> set[CodeType]:
