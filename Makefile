@@ -15,6 +15,7 @@
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make bench-gpu        the real model on a GPU: host synchronisations per decoded token, decoding vs transformers
 #   make bench-sinks      notebook 12: what a sink logit and an output gate cost, fused and explicit paths
+#   make bench-checks     notebook 06's module against the same steps bare: what the argument checks cost
 #   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
@@ -55,7 +56,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model bench-gpu bench-sinks mutate mutation-report \
+	bench-model bench-gpu bench-sinks bench-checks mutate mutation-report \
 	clean distclean FORCE
 
 help:
@@ -151,6 +152,9 @@ bench-gpu: setup
 
 bench-sinks: setup
 	$(VENV_PY) benchmarks/bench_sinks.py
+
+bench-checks: setup
+	$(VENV_PY) benchmarks/bench_checks.py
 
 # Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
 # on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can

@@ -20,7 +20,15 @@ import torch
 import torch.nn.functional as F
 
 from . import compat
-from .checks import broadcast_shape, expect_broadcastable, expect_dtype_of, expect_floating, expect_mask, expect_number
+from .checks import (
+    broadcast_shape,
+    checking,
+    expect_broadcastable,
+    expect_dtype_of,
+    expect_floating,
+    expect_mask,
+    expect_number,
+)
 from .masking import causal_mask, combine_masks
 from .softmax import LOW_PRECISION_DTYPES, softmax
 
@@ -58,7 +66,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None = Non
 
     Shapes: ``q (..., seq_q, d_k)``, ``k (..., seq_k, d_k)`` -> ``(..., seq_q, seq_k)``.
     """
-    expect_queries_and_keys(q, k)
+    if checking():
+        expect_queries_and_keys(q, k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return (q @ k.transpose(-2, -1)) * scale
 
@@ -84,33 +93,9 @@ def attend(
     ``(..., seq_q, seq_k)``) is added to the scaled scores before the mask and the softmax; ``sink``
     (float, finite, broadcastable to ``(..., seq_q)``) is one more logit in each row's softmax.
     """
-    expect_queries_and_keys(q, k)
-    expect_floating("v", v, min_ndim=2, shape="(..., seq_k, d_v)")
-    expect_dtype_of("v", v, "q", q)
+    if checking():
+        expect_attend_arguments(q, k, v, mask, is_causal, dropout_p, bias, sink)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
-    if v.shape[-2] != seq_k:
-        raise ValueError(
-            f"v must have one row per key: expected v.shape[-2] == seq_k == {seq_k}, "
-            f"got k shape {tuple(k.shape)} and v shape {tuple(v.shape)}"
-        )
-    if seq_q == 0 or seq_k == 0:
-        raise ValueError(
-            f"q and k must hold at least one position (seq >= 1), got q shape {tuple(q.shape)} "
-            f"and k shape {tuple(k.shape)}"
-        )
-    scores_shape = (*expect_batch_dims(q=q, k=k, v=v), seq_q, seq_k)
-    expect_number("dropout_p", dropout_p, 0.0, 1.0, open_high=True)
-    if mask is not None:
-        expect_mask("mask", mask, scores_shape, "(..., seq_q, seq_k)", device=q.device)
-    if bias is not None:
-        expect_broadcastable("bias", expect_floating("bias", bias), scores_shape, "(..., seq_q, seq_k)")
-    if sink is not None:
-        expect_broadcastable("sink", expect_floating("sink", sink), scores_shape[:-1], "(..., seq_q)")
-    if is_causal and seq_q > seq_k:
-        raise ValueError(
-            f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
-        )
-
     if not need_weights and dropout_p == 0.0 and bias is None:
         if sink is None:
             return _fused_attention(q, k, v, mask, is_causal=is_causal, scale=scale), None
@@ -141,6 +126,45 @@ def attend(
         weights = F.dropout(weights, p=dropout_p, training=True)
     weights = weights.to(q.dtype)
     return weights @ v, (weights if need_weights else None)
+
+
+def expect_attend_arguments(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    dropout_p: float,
+    bias: torch.Tensor | None,
+    sink: torch.Tensor | None,
+) -> None:
+    """The checks of :func:`attend`, shapes as there."""
+    expect_queries_and_keys(q, k)
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    expect_floating("v", v, min_ndim=2, shape="(..., seq_k, d_v)")
+    expect_dtype_of("v", v, "q", q)
+    if v.shape[-2] != seq_k:
+        raise ValueError(
+            f"v must have one row per key: expected v.shape[-2] == seq_k == {seq_k}, "
+            f"got k shape {tuple(k.shape)} and v shape {tuple(v.shape)}"
+        )
+    if seq_q == 0 or seq_k == 0:
+        raise ValueError(
+            f"q and k must hold at least one position (seq >= 1), got q shape {tuple(q.shape)} "
+            f"and k shape {tuple(k.shape)}"
+        )
+    scores_shape = (*expect_batch_dims(q=q, k=k, v=v), seq_q, seq_k)
+    expect_number("dropout_p", dropout_p, 0.0, 1.0, open_high=True)
+    if mask is not None:
+        expect_mask("mask", mask, scores_shape, "(..., seq_q, seq_k)", device=q.device)
+    if bias is not None:
+        expect_broadcastable("bias", expect_floating("bias", bias), scores_shape, "(..., seq_q, seq_k)")
+    if sink is not None:
+        expect_broadcastable("sink", expect_floating("sink", sink), scores_shape[:-1], "(..., seq_q)")
+    if is_causal and seq_q > seq_k:
+        raise ValueError(
+            f"is_causal needs seq_q <= seq_k (queries are the last seq_q positions), got seq_q={seq_q}, seq_k={seq_k}"
+        )
 
 
 def _fused_attention(

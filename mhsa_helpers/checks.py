@@ -13,9 +13,12 @@ Every message names the argument, what was expected and what was given, so a lea
 ``expect_*`` returns the value it accepted (as an ``int``, ``float`` or tensor), or raises
 ``TypeError`` for the wrong kind of value and ``ValueError`` for the right kind with a wrong value.
 
-A public function that calls another one lets it check again (``MultiHeadSelfAttention.forward``
-calls ``split_heads``, ``attend``…): there is one version of each function, the one a reader opens.
-The repeated checks cost microseconds, seen only on toy sizes (``benchmarks/`` measures speed).
+Each argument is checked once, at the door. An entry point that calls other public functions
+(``MultiHeadSelfAttention.forward`` calls ``split_heads``, ``apply_rotary``, ``attend``…) checks what its
+caller passed, then runs its body inside :func:`arguments_checked`; there the functions it calls skip
+their checks (``if checking():``), because every argument they get is built from checked ones — as
+``torch.distributions`` skips its checks under ``validate_args=False``. There is still one version of each
+function, the one a reader opens; called on its own, it checks.
 
 A foundation module, taught by no notebook: every module of the package may use it, the
 teaching scaffolding included.
@@ -23,14 +26,18 @@ teaching scaffolding included.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 
 __all__ = [
+    "arguments_checked",
     "broadcast_shape",
+    "checking",
     "expect_bool",
     "expect_broadcastable",
     "expect_choice",
@@ -45,6 +52,26 @@ __all__ = [
     "expect_shape",
     "expect_tensor",
 ]
+
+
+# A context variable rather than a global: each thread (and each asyncio task) has its own door.
+_ARGUMENTS_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("arguments_checked", default=False)
+
+
+@contextlib.contextmanager
+def arguments_checked() -> Iterator[None]:
+    """The body of an entry point that has checked what its caller passed: inside, :func:`checking` is
+    false, and the public functions the body calls skip their checks. Left on return and on error."""
+    token = _ARGUMENTS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _ARGUMENTS_CHECKED.reset(token)
+
+
+def checking() -> bool:
+    """Whether a public function checks its arguments: yes, unless it runs inside :func:`arguments_checked`."""
+    return not _ARGUMENTS_CHECKED.get()
 
 
 def expect_tensor(name: str, value: object, *, min_ndim: int = 0, shape: str = "") -> torch.Tensor:

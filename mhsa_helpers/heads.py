@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import expect_divisible, expect_int, expect_tensor
+from .checks import checking, expect_divisible, expect_int, expect_tensor
 
 __all__ = ["merge_heads", "repeat_kv", "split_heads"]
 
@@ -23,14 +23,16 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     ``(seq, d_head)`` matrix. A ``view`` straight to ``(heads, seq, d_head)``
     without the transpose would mix positions between heads.
     """
-    expect_tensor("x", x, min_ndim=2, shape="(..., seq, d_model)")
-    d_head = expect_divisible("d_model (x.shape[-1])", x.shape[-1], "num_heads", expect_int("num_heads", num_heads))
-    return x.reshape(*x.shape[:-1], num_heads, d_head).transpose(-3, -2)
+    if checking():
+        expect_tensor("x", x, min_ndim=2, shape="(..., seq, d_model)")
+        expect_divisible("d_model (x.shape[-1])", x.shape[-1], "num_heads", expect_int("num_heads", num_heads))
+    return x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads).transpose(-3, -2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(..., heads, seq, d_head)`` -> ``(..., seq, heads * d_head)``: concatenate the heads."""
-    expect_tensor("x", x, min_ndim=3, shape="(..., heads, seq, d_head)")
+    if checking():
+        expect_tensor("x", x, min_ndim=3, shape="(..., heads, seq, d_head)")
     return x.transpose(-3, -2).flatten(-2)
 
 
@@ -43,6 +45,7 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     and pairs some query heads with the wrong key/value head — how many depends on the shape
     (6 of 8 for 8 query and 4 key/value heads, 28 of 32 for 32 and 8; notebook 08 counts them).
     """
-    expect_tensor("x", x, min_ndim=3, shape="(..., kv_heads, seq, d_head)")
-    groups = expect_int("groups", groups)
+    if checking():
+        expect_tensor("x", x, min_ndim=3, shape="(..., kv_heads, seq, d_head)")
+        expect_int("groups", groups)
     return x if groups == 1 else x.repeat_interleave(groups, dim=-3)

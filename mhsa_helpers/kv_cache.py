@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import expect_choice, expect_int, expect_tensor
+from .checks import checking, expect_choice, expect_int, expect_tensor
 from .rope import RotaryEmbedding
 
 __all__ = ["CACHE_ROPE_POSITIONS", "KVCache", "SlidingWindowCache", "expect_cache"]
@@ -66,6 +66,12 @@ class KVCache:
         return self._length
 
     @property
+    def held(self) -> int:
+        """How many keys (and values) the cache holds, the ones a new query sees before its own: every one
+        seen here (a sliding window keeps fewer)."""
+        return self._length
+
+    @property
     def keys(self) -> torch.Tensor | None:
         if self._keys is None or self.capacity is None:
             return self._keys
@@ -86,20 +92,21 @@ class KVCache:
     def extended(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What :meth:`append` would hold after adding ``keys`` and ``values``; the cache's
         :attr:`length`, :attr:`keys` and :attr:`values` are unchanged until :meth:`commit`."""
-        expect_tensor("keys", keys, min_ndim=2, shape="(..., new, d_head)")
-        expect_tensor("values", values, min_ndim=2, shape="(..., new, d_v)")
-        if values.shape[:-1] != keys.shape[:-1]:
-            raise ValueError(
-                f"values must have one row per key, with the same leading dimensions: expected "
-                f"values.shape[:-1] == keys.shape[:-1] = {tuple(keys.shape[:-1])}, got values of shape "
-                f"{tuple(values.shape)}"
-            )
-        if values.dtype != keys.dtype:
-            raise TypeError(f"values must have the dtype of keys ({keys.dtype}), got {values.dtype}")
-        if values.device != keys.device:
-            raise ValueError(f"values must be on the device of keys ({keys.device}), got device {values.device}")
-        self.expect_room(keys.shape[-2])
-        self.expect_like_held(keys, values)
+        if checking():  # a module's forward checked the cache at its door (expect_cache)
+            expect_tensor("keys", keys, min_ndim=2, shape="(..., new, d_head)")
+            expect_tensor("values", values, min_ndim=2, shape="(..., new, d_v)")
+            if values.shape[:-1] != keys.shape[:-1]:
+                raise ValueError(
+                    f"values must have one row per key, with the same leading dimensions: expected "
+                    f"values.shape[:-1] == keys.shape[:-1] = {tuple(keys.shape[:-1])}, got values of shape "
+                    f"{tuple(values.shape)}"
+                )
+            if values.dtype != keys.dtype:
+                raise TypeError(f"values must have the dtype of keys ({keys.dtype}), got {values.dtype}")
+            if values.device != keys.device:
+                raise ValueError(f"values must be on the device of keys ({keys.device}), got device {values.device}")
+            self.expect_room(keys.shape[-2])
+            self.expect_like_held(keys, values)
         if self.capacity is None:
             if self._keys is None or self._values is None:
                 return keys, values
@@ -211,13 +218,18 @@ class SlidingWindowCache(KVCache):
     def next_position(self) -> int:
         """The RoPE position of the next token: after the ones seen, or with ``rope_positions="cache"`` at
         the next free slot."""
-        return self.positions.numel() if self.rope_positions == "cache" else self._length
+        return self.held if self.rope_positions == "cache" else self._length
+
+    @property
+    def held(self) -> int:
+        """How many keys the cache holds: the sinks and the window."""
+        return self.positions.numel()
 
     def commit(self, keys: torch.Tensor, values: torch.Tensor, rope: RotaryEmbedding | None = None) -> None:
         """Keep the sinks and the window of ``keys`` and ``values``, the result of :meth:`extended`. With
         ``rope_positions="cache"``, ``rope`` (the module's) rotates each kept key back by the slots it moved
         down; without it the keys are kept as they are (a module without RoPE)."""
-        new = keys.shape[-2] - self.positions.numel()
+        new = keys.shape[-2] - self.held
         positions = torch.cat((self.positions, torch.arange(self._length, self._length + new)))
         self._length += new
         # The next query sits at position `length` and sees positions > length - window, and the sinks.

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from .checks import broadcast_shape, expect_floating, expect_int, expect_integer_tensor, expect_mask, expect_tensor
+from .checks import (
+    broadcast_shape,
+    checking,
+    expect_floating,
+    expect_int,
+    expect_integer_tensor,
+    expect_mask,
+    expect_tensor,
+)
 from .softmax import softmax
 
 __all__ = [
@@ -35,7 +43,9 @@ def causal_mask(seq_q: int, seq_k: int | None = None, *, device: str | torch.dev
     sequence, as when decoding with a key/value cache: query ``i`` sits at
     absolute position ``seq_k - seq_q + i`` and sees keys ``j <= seq_k - seq_q + i``.
     """
-    seq_k = expect_seq_k(seq_q, seq_k)
+    if checking():
+        expect_seq_k(seq_q, seq_k)
+    seq_k = seq_q if seq_k is None else seq_k
     return torch.ones(seq_q, seq_k, dtype=torch.bool, device=device).tril(diagonal=seq_k - seq_q)
 
 
@@ -64,13 +74,14 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     for index, mask in enumerate(masks):
         if mask is None:
             continue
-        if expect_tensor(f"masks[{index}]", mask).dtype != torch.bool:
-            raise TypeError(f"masks[{index}] must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
-        if result is not None and broadcast_shape(result.shape, mask.shape) is None:
-            raise ValueError(
-                f"masks[{index}] of shape {tuple(mask.shape)} cannot be broadcast with the masks "
-                f"before it, of combined shape {tuple(result.shape)}"
-            )
+        if checking():
+            if expect_tensor(f"masks[{index}]", mask).dtype != torch.bool:
+                raise TypeError(f"masks[{index}] must be a boolean tensor (True = may attend), got dtype {mask.dtype}")
+            if result is not None and broadcast_shape(result.shape, mask.shape) is None:
+                raise ValueError(
+                    f"masks[{index}] of shape {tuple(mask.shape)} cannot be broadcast with the masks "
+                    f"before it, of combined shape {tuple(result.shape)}"
+                )
         result = mask if result is None else result & mask
     return result
 

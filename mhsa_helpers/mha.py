@@ -24,6 +24,7 @@ from torch import nn
 
 from .attention import Output, attend
 from .checks import (
+    arguments_checked,
     expect_broadcastable,
     expect_choice,
     expect_divisible,
@@ -44,6 +45,7 @@ from .rope import (
     apply_rotary,
     expect_even_d_head,
     expect_positions_below,
+    expect_positions_from_zero,
     expect_rope_base,
     rope_angles,
 )
@@ -189,37 +191,51 @@ class MultiHeadSelfAttention(nn.Module):
         cache: KVCache | None = None,
     ) -> Output:
         """Notebook 06's recipe; arguments and shapes as in the class docstring."""
-        expect_input(x, self.d_in, self.qkv_proj.weight.dtype)
+        cache = self.expect_call(x, mask, token_positions, cache)
+        past, seq = (0 if cache is None else cache.next_position), x.shape[-2]
+        heads_q, heads_kv, rope = self.num_heads, self.num_kv_heads, self.rope
+        with arguments_checked():  # every function below gets arguments built from the ones just checked
+            # Project: one matrix multiply for the three projections.  (batch, seq, d_model | kv_dim)
+            q, k, v = self.qkv_proj(x).split((self.d_model, self.kv_dim, self.kv_dim), dim=-1)
+            # Split into heads.                              (batch, heads | kv_heads, seq, d_head)
+            q, k, v = split_heads(q, heads_q), split_heads(k, heads_kv), split_heads(v, heads_kv)
+            if rope is not None:  # rotate queries and keys (never values) by their positions
+                if token_positions is None:  # the new tokens come after the cached ones: counted on the host
+                    cos, sin = rope.angles_at(past, seq)
+                else:  # (seq,) or (batch, seq) -> (batch, 1, seq): the same for every head
+                    cos, sin = rope.angles_for(token_positions.expand(x.shape[:-1]).unsqueeze(-2))
+                q, k = apply_rotary(q, cos, sin, rope.convention), apply_rotary(k, cos, sin, rope.convention)
+            # Put the new keys and values after the cached ones.  (batch, kv_heads, past + seq, d_head)
+            if cache is not None:
+                k, v = cache.extended(k, v)
+            # Attend, every head on its own; a key/value head serves `groups` query heads.
+            groups, dropout_p = heads_q // heads_kv, (self.dropout if self.training else 0.0)
+            sink = None if self.sink is None else self.sink.view(-1, 1)  # (heads, 1): one logit per head, every row
+            heads, weights = attend(  #                                  (batch, heads, seq, d_head)
+                q, repeat_kv(k, groups), repeat_kv(v, groups), mask, is_causal=self.causal, dropout_p=dropout_p,
+                need_weights=need_weights, sink=sink,
+            )  # fmt: skip
+            if cache is not None:  # kept once attention has succeeded: a failed call leaves the cache as it was
+                cache.commit(k, v, rope)
+            if self.gate_proj is not None:  # each head scaled by a sigmoid of its token's input (notebook 12)
+                heads = heads * torch.sigmoid(split_heads(self.gate_proj(x), heads_q))
+            # Merge the heads and project.                              (batch, seq, d_out)
+            out = self.out_proj(merge_heads(heads))
+        return out if weights is None else (out, weights)
+
+    def expect_call(
+        self, x: torch.Tensor, mask: torch.Tensor | None, token_positions: torch.Tensor | None, cache: KVCache | None
+    ) -> KVCache | None:
+        """The checks of :meth:`forward`, made once at its door: ``x``, the ``mask`` against the scores
+        ``(..., heads, seq, past + seq)``, the positions and the cache; returns the cache."""
+        x = expect_input(x, self.d_in, self.qkv_proj.weight.dtype)
         expect_token_positions(token_positions, x, rope_on=self.rope is not None)
         cache = None if cache is None else expect_cache(cache, x, self.num_kv_heads, self.d_head, token_positions)
-        past, seq = (0 if cache is None else cache.next_position), x.shape[-2]  # the mask is checked by attend
-        # Project: one matrix multiply for the three projections.      (batch, seq, d_model | kv_dim)
-        q, k, v = self.qkv_proj(x).split((self.d_model, self.kv_dim, self.kv_dim), dim=-1)
-        # Split into heads.                                  (batch, heads | kv_heads, seq, d_head)
-        q, k, v = split_heads(q, self.num_heads), split_heads(k, self.num_kv_heads), split_heads(v, self.num_kv_heads)
-        if self.rope is not None:  # rotate queries and keys (never values) by their positions
-            if token_positions is None:  # the new tokens come after the cached ones: positions counted on the host
-                cos, sin = self.rope.angles_at(past, seq)
-            else:  # (seq,) or (batch, seq) -> (batch, 1, seq): the same for every head
-                cos, sin = self.rope.angles_for(token_positions.expand(x.shape[:-1]).unsqueeze(-2))
-            q, k = apply_rotary(q, cos, sin, self.rope.convention), apply_rotary(k, cos, sin, self.rope.convention)
-        # Put the new keys and values after the cached ones.    (batch, kv_heads, past + seq, d_head)
-        if cache is not None:
-            k, v = cache.extended(k, v)
-        # Attend, every head on its own; a key/value head serves `groups` query heads.
-        groups, dropout_p = self.num_heads // self.num_kv_heads, (self.dropout if self.training else 0.0)
-        k_heads, v_heads = repeat_kv(k, groups), repeat_kv(v, groups)
-        sink = None if self.sink is None else self.sink.view(-1, 1)  # (heads, 1): one logit per head, every row
-        heads, weights = attend(  #                                      (batch, heads, seq, d_head)
-            q, k_heads, v_heads, mask, is_causal=self.causal, dropout_p=dropout_p, need_weights=need_weights, sink=sink
-        )
-        if cache is not None:  # kept only once attention has succeeded: a failed call leaves the cache as it was
-            cache.commit(k, v, self.rope)
-        if self.gate_proj is not None:  # each head scaled by a sigmoid of its token's input (notebook 12)
-            heads = heads * torch.sigmoid(split_heads(self.gate_proj(x), self.num_heads))
-        # Merge the heads and project.                                  (batch, seq, d_out)
-        out = self.out_proj(merge_heads(heads))
-        return out if weights is None else (out, weights)
+        if mask is not None:
+            seq = x.shape[-2]
+            scores = (*x.shape[:-2], self.num_heads, seq, (0 if cache is None else cache.held) + seq)
+            expect_mask("mask", mask, scores, "(..., seq_q, seq_k)", device=x.device)
+        return cache
 
 
 def multi_head_self_attention(
@@ -291,28 +307,31 @@ def multi_head_self_attention(
             x.shape[-2] - 1,
             remedy="pass a larger max_seq_len",
         )
+    elif rope_base is not None and token_positions is not None:
+        expect_positions_from_zero(token_positions)
     if mask is not None:
         expect_mask(
             "mask", mask, (*x.shape[:-2], num_heads, x.shape[-2], x.shape[-2]), "(..., heads, seq, seq_k)", x.device
         )
 
-    # Project.                                                          (batch, seq, d_model) each
-    q, k, v = F.linear(x, q_weight, q_bias), F.linear(x, k_weight, k_bias), F.linear(x, v_weight, v_bias)
-    # Split into heads.                                       (batch, heads | kv_heads, seq, d_head)
-    q, k, v = split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
-    # Rotate queries and keys (never values) by their positions.
-    if rope_base is not None:
-        if token_positions is None:
-            token_positions = torch.arange(x.shape[-2], device=x.device)
-        elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
-            token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
-        cos, sin = rope_angles(token_positions.to(x.device), q.shape[-1], rope_base)
-        q, k = apply_rotary(q, cos, sin, rope_convention), apply_rotary(k, cos, sin, rope_convention)
-    # Attend, every head on its own; a key/value head serves num_heads // kv_heads query heads.
-    k, v = repeat_kv(k, num_heads // kv_heads), repeat_kv(v, num_heads // kv_heads)
-    heads, weights = attend(q, k, v, mask, is_causal=causal, need_weights=need_weights)
-    # Merge the heads and project.                                      (batch, seq, d_out)
-    out = F.linear(merge_heads(heads), o_weight, o_bias)
+    with arguments_checked():  # every function below gets arguments built from the ones just checked
+        # Project.                                                          (batch, seq, d_model) each
+        q, k, v = F.linear(x, q_weight, q_bias), F.linear(x, k_weight, k_bias), F.linear(x, v_weight, v_bias)
+        # Split into heads.                                       (batch, heads | kv_heads, seq, d_head)
+        q, k, v = split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
+        # Rotate queries and keys (never values) by their positions.
+        if rope_base is not None:
+            if token_positions is None:
+                token_positions = torch.arange(x.shape[-2], device=x.device)
+            elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
+                token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
+            cos, sin = rope_angles(token_positions.to(x.device), q.shape[-1], rope_base)
+            q, k = apply_rotary(q, cos, sin, rope_convention), apply_rotary(k, cos, sin, rope_convention)
+        # Attend, every head on its own; a key/value head serves num_heads // kv_heads query heads.
+        k, v = repeat_kv(k, num_heads // kv_heads), repeat_kv(v, num_heads // kv_heads)
+        heads, weights = attend(q, k, v, mask, is_causal=causal, need_weights=need_weights)
+        # Merge the heads and project.                                      (batch, seq, d_out)
+        out = F.linear(merge_heads(heads), o_weight, o_bias)
     return out if weights is None else (out, weights)
 
 

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from .checks import (
+    checking,
     expect_broadcastable,
     expect_choice,
     expect_floating,
@@ -122,13 +123,20 @@ def rope_angles(token_positions: torch.Tensor, d_head: int, base: float = 10000.
     ``m`` reaches the thousands), where the positions are, or on the CPU for a device without float64
     (Apple's mps).
     """
-    expect_integer_tensor("token_positions", token_positions)
-    if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
-        raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
+    if checking():
+        expect_positions_from_zero(token_positions)
     device = torch.device("cpu") if token_positions.device.type == "mps" else token_positions.device
     theta = rope_frequencies(d_head, base, device=device, dtype=torch.float64)
     angles = token_positions.to(device, torch.float64)[..., None] * theta
     return angles.cos().float().to(token_positions.device), angles.sin().float().to(token_positions.device)
+
+
+def expect_positions_from_zero(token_positions: object) -> torch.Tensor:
+    """Integer positions, none negative (read from the tensor; a ``meta`` one has no values to check)."""
+    token_positions = expect_integer_tensor("token_positions", token_positions)
+    if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
+        raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
+    return token_positions
 
 
 def apply_rotary(
@@ -139,16 +147,17 @@ def apply_rotary(
     Shapes: ``x (..., seq, d_head)`` with ``d_head`` even; ``cos``/``sin`` broadcastable to
     ``(..., seq, d_head // 2)`` (one angle per pair). Returns a tensor shaped and typed like ``x``.
     """
-    expect_floating("x", x, min_ndim=2, shape="(..., seq, d_head)")
-    if x.shape[-1] % 2:
-        raise ValueError(
-            "x's last dimension d_head must be even for RoPE (dimensions are rotated in pairs), "
-            f"got x of shape {tuple(x.shape)}"
-        )
-    pairs = (*x.shape[:-1], x.shape[-1] // 2)
-    for name, value in (("cos", cos), ("sin", sin)):
-        expect_broadcastable(name, expect_tensor(name, value), pairs, "(..., seq, d_head // 2)")
-    expect_choice("convention", convention, ROPE_CONVENTIONS)
+    if checking():
+        expect_floating("x", x, min_ndim=2, shape="(..., seq, d_head)")
+        if x.shape[-1] % 2:
+            raise ValueError(
+                "x's last dimension d_head must be even for RoPE (dimensions are rotated in pairs), "
+                f"got x of shape {tuple(x.shape)}"
+            )
+        pairs = (*x.shape[:-1], x.shape[-1] // 2)
+        for name, value in (("cos", cos), ("sin", sin)):
+            expect_broadcastable(name, expect_tensor(name, value), pairs, "(..., seq, d_head // 2)")
+        expect_choice("convention", convention, ROPE_CONVENTIONS)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if convention == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]

@@ -8,6 +8,7 @@ No test here measures or asserts a speed: speed targets live in benchmarks/bench
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,20 @@ def test_bench_gpu_says_there_is_nothing_to_measure_without_cuda():
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.startswith("no CUDA device here: nothing to measure")
+
+
+def test_bench_checks_quick_mode_compares_the_module_with_the_bare_steps_and_counts_the_checks():
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_checks.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    out = completed.stdout
+    for row in ("MultiHeadSelfAttention + KVCache", "the same steps, bare PyTorch", "the module over the bare steps"):
+        assert row in out
+    # one door per call: the checks of a step are the door's (and the `checking()` answers), not 60 of them
+    calls = re.search(r"calls into checks.py: (\d+) in one decoding step, (\d+) in one forward", out)
+    assert calls is not None and int(calls[1]) <= 16 and int(calls[2]) <= 16, out
