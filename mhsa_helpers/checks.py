@@ -4,8 +4,9 @@ Each public function checks its arguments in its first lines, in these words, th
 (as PyTorch's own functions do)::
 
     def split_heads(x, num_heads):
-        expect_tensor("x", x, min_ndim=2, shape="(..., seq, d_model)")
-        expect_divisible("d_model (x.shape[-1])", x.shape[-1], "num_heads", expect_int("num_heads", num_heads))
+        if checking():
+            expect_tensor("x", x, min_ndim=2, shape="(..., seq, d_model)")
+            expect_divisible("d_model (x.shape[-1])", x.shape[-1], "num_heads", expect_int("num_heads", num_heads))
         ...
 
 Every message names the argument, what was expected and what was given, so a learner sees

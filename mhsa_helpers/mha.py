@@ -102,7 +102,9 @@ class MultiHeadSelfAttention(nn.Module):
     Returns ``(..., seq, d_out)``, or ``(output, weights)`` with ``need_weights=True``.
 
     Without ``need_weights`` and without active dropout the heads are computed by
-    ``torch.nn.functional.scaled_dot_product_attention``.
+    ``torch.nn.functional.scaled_dot_product_attention``. The arguments are checked once, at the door
+    (:meth:`expect_call`); the functions the recipe calls then skip their own checks
+    (:func:`~mhsa_helpers.checks.arguments_checked`).
     """
 
     def __init__(
