@@ -121,17 +121,19 @@ def test_attention_matrix_mb():
     assert harness.attention_matrix_mb(1024, 8) == 32.0
 
 
-def test_bench_forward_quick_mode_runs_end_to_end():
-    # The timeout only guards against a hang; nothing about speed is asserted.
+def run_script(name: str, *args: str, timeout: int = 300) -> str:
+    """``benchmarks/<name>``'s printed output, after checking it exited cleanly (the timeout only guards
+    against a hang; nothing about speed is asserted)."""
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_forward.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True, timeout=timeout,
         cwd=ROOT,
-    )
+    )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
-    out = completed.stdout
+    return completed.stdout
+
+
+def test_bench_forward_quick_mode_runs_end_to_end():
+    out = run_script("bench_forward.py", "--quick", timeout=600)
     assert "Cross-check at n = 48" in out
     assert "| n | implementation | median ms |" in out
     for label in comp.LABELS.values():
@@ -142,15 +144,7 @@ def test_bench_forward_quick_mode_runs_end_to_end():
 
 
 def test_bench_sinks_quick_mode_prints_both_paths_and_every_option():
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_sinks.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    out = completed.stdout
+    out = run_script("bench_sinks.py", "--quick")
     assert "Cross-check: the fused decoding step written out equals attend's explicit one." in out
     for row in (
         "full pass, sink (fused: an extra key)",
@@ -162,23 +156,11 @@ def test_bench_sinks_quick_mode_prints_both_paths_and_every_option():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script measures (minutes): run make bench-gpu")
 def test_bench_gpu_says_there_is_nothing_to_measure_without_cuda():
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")], capture_output=True, text=True, timeout=300
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert completed.stdout.startswith("no CUDA device here: nothing to measure")
+    assert run_script("bench_gpu.py").startswith("no CUDA device here: nothing to measure")
 
 
 def test_bench_checks_quick_mode_compares_the_module_with_the_bare_steps_and_counts_the_checks():
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_checks.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    out = completed.stdout
+    out = run_script("bench_checks.py", "--quick")
     for row in ("MultiHeadSelfAttention + KVCache", "the same steps, bare PyTorch", "the module over the bare steps"):
         assert row in out
     # one door per call: the checks of a step are the door's (and the `checking()` answers), not 60 of them
