@@ -27,6 +27,7 @@ from torch import nn
 from .checks import expect_int, expect_number
 from .kv_cache import KVCache
 from .mha import MultiHeadSelfAttention
+from .rope import RotaryEmbedding
 
 __all__ = ["LlamaBlock", "RMSNorm", "SwiGLU", "TransformerBlock"]
 
@@ -128,8 +129,8 @@ class LlamaBlock(nn.Module):
         d_model: width of the residual stream.
         num_heads, num_kv_heads: query heads and key/value heads (grouped-query attention, notebook 08).
         d_ff: hidden width of the SwiGLU MLP.
-        rope_base, rope_convention, max_seq_len: settings of the attention's
-            :class:`~mhsa_helpers.rope.RotaryEmbedding`.
+        rope: the :class:`~mhsa_helpers.rope.RotaryEmbedding` the attention rotates with (a model passes one
+            to all its layers); by default one of the block's own, of ``d_model // num_heads``.
         eps: the RMSNorms' epsilon.
         device: where the parameters live (``"meta"``: shapes only, for a loader that assigns them).
 
@@ -145,9 +146,7 @@ class LlamaBlock(nn.Module):
         *,
         num_kv_heads: int | None = None,
         d_ff: int,
-        rope_base: float = 10000.0,
-        rope_convention: str = "interleaved",
-        max_seq_len: int = 2048,
+        rope: RotaryEmbedding | None = None,
         eps: float = 1e-5,
         device: str | torch.device | None = None,
     ) -> None:
@@ -160,10 +159,7 @@ class LlamaBlock(nn.Module):
             causal=True,
             qkv_bias=False,
             out_bias=False,
-            rope=True,
-            rope_base=rope_base,
-            rope_convention=rope_convention,
-            max_seq_len=max_seq_len,
+            rope=True if rope is None else rope,
             device=device,
         )
         self.mlp_norm = RMSNorm(d_model, eps, device=device)

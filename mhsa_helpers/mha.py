@@ -72,8 +72,11 @@ class MultiHeadSelfAttention(nn.Module):
         causal: mask future positions (decoder self-attention).
         qkv_bias, out_bias: learnable biases on the input and output projections.
         dropout: probability of zeroing an attention weight in training mode.
-        rope: apply rotary position embeddings to queries and keys.
-        rope_base, rope_convention, max_seq_len: settings of :class:`RotaryEmbedding`.
+        rope: rotate queries and keys by their positions (RoPE, notebook 05): a :class:`RotaryEmbedding` of
+            ``d_head`` to use (a model passes one to all its layers: one cos/sin table), or ``True`` for one of
+            the module's own, built with ``rope_base``, ``rope_convention`` and ``max_seq_len``.
+        rope_base, rope_convention, max_seq_len: settings of the :class:`RotaryEmbedding` that ``rope=True``
+            builds.
         sink: ``None``, ``"learned"`` or ``"plus_one"``: each head's softmax gets one more logit with no
             value vector, so a head may attend to nothing — learned per head (``sink`` parameter, gpt-oss)
             or fixed at 0 (softmax-plus-one). Notebook 12.
@@ -119,7 +122,7 @@ class MultiHeadSelfAttention(nn.Module):
         qkv_bias: bool = True,
         out_bias: bool = True,
         dropout: float = 0.0,
-        rope: bool = False,
+        rope: bool | RotaryEmbedding = False,
         rope_base: float = 10000.0,
         rope_convention: str = "interleaved",
         max_seq_len: int = 2048,
@@ -138,13 +141,22 @@ class MultiHeadSelfAttention(nn.Module):
         self.causal = bool(causal)
         self.dropout = expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
         expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
-        if rope:
+        rotary = None
+        if isinstance(rope, RotaryEmbedding):
+            if rope.d_head != self.d_head:
+                raise ValueError(
+                    f"rope must rotate heads of d_head = d_model // num_heads = {self.d_head}, got a "
+                    f"RotaryEmbedding of d_head={rope.d_head}"
+                )
+            rotary = rope
+        elif not isinstance(rope, bool):
+            raise TypeError(f"rope must be a bool or a RotaryEmbedding, got {type(rope).__name__}")
+        elif rope:
             expect_rope_d_head(d_model, num_heads)
+            rotary = RotaryEmbedding(self.d_head, max_seq_len, rope_base, rope_convention, device=device)
         self.qkv_proj = nn.Linear(self.d_in, d_model + 2 * self.kv_dim, bias=qkv_bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(d_model, self.d_out, bias=out_bias, device=device, dtype=dtype)
-        self.rope: RotaryEmbedding | None = (
-            RotaryEmbedding(self.d_head, max_seq_len, rope_base, rope_convention, device=device) if rope else None
-        )
+        self.rope: RotaryEmbedding | None = rotary
         # (heads,): the logit of each head's sink; softmax-plus-one's fixed zeros are not saved with the weights.
         logits = torch.zeros(num_heads, device=device, dtype=dtype)
         if sink is not None and expect_choice("sink", sink, SINKS) == "learned":

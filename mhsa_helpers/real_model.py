@@ -31,7 +31,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,7 +85,9 @@ class LlamaConfig:
 
 class CausalLM(nn.Module):
     """A Llama-architecture causal language model: token embedding, :class:`~mhsa_helpers.block.LlamaBlock`
-    × ``num_layers``, a final RMSNorm, and the embedding matrix again as the output layer (tied).
+    × ``num_layers``, a final RMSNorm, and the embedding matrix again as the output layer (tied). One
+    :class:`~mhsa_helpers.rope.RotaryEmbedding`, ``model.rope``, serves every layer: its cos/sin table is
+    computed once, when the model is built, and each layer reads its positions' rows from it.
 
     Call: ``model(input_ids, cache=None, need_weights=False, last_only=False)``
         input_ids: integer ``(batch, seq)``, each in ``[0, vocab_size)``.
@@ -104,33 +106,31 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model, device=device)
+        # One cos/sin table for every layer, computed here (it is not in a model file): on the CPU when the
+        # parameters are only shapes (meta), for a loader to assign.
+        on_meta = device is not None and torch.device(device).type == "meta"
+        self.rope = RotaryEmbedding(
+            config.d_head,
+            config.context_length,
+            config.rope_base,
+            rope_convention,
+            device=None if on_meta else device,
+        )
         self.blocks = nn.ModuleList(
             LlamaBlock(
                 config.d_model,
                 config.num_heads,
                 num_kv_heads=config.num_kv_heads,
                 d_ff=config.d_ff,
-                rope_base=config.rope_base,
-                rope_convention=rope_convention,
-                max_seq_len=config.context_length,
+                rope=self.rope,
                 eps=config.eps,
                 device=device,
             )
             for _ in range(config.num_layers)
         )
-        # Every layer rotates by the same angles: one cos/sin table instead of num_layers copies.
-        for block in self.blocks[1:]:
-            cast(LlamaBlock, block).attn.rope = self.rope
         self.norm = RMSNorm(config.d_model, config.eps, device=device)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, device=device)
         self.lm_head.weight = self.embed.weight
-
-    @property
-    def rope(self) -> RotaryEmbedding:
-        """The one :class:`~mhsa_helpers.rope.RotaryEmbedding` all layers share."""
-        rope = cast(LlamaBlock, self.blocks[0]).attn.rope
-        assert rope is not None  # a LlamaBlock always rotates
-        return rope
 
     def new_cache(self, capacity: int | None = None) -> list[KVCache]:
         """One empty :class:`~mhsa_helpers.kv_cache.KVCache` per layer (preallocated with ``capacity``)."""
@@ -351,8 +351,6 @@ def load_smollm2(
         }
     model.load_state_dict(state, strict=True, assign=True)
     model.lm_head.weight = model.embed.weight  # one matrix, as in the file (assign made two parameters)
-    # The cos/sin table is not in the state dict: it is computed, here on the CPU.
-    model.rope.cos_cached, model.rope.sin_cached = model.rope.build_cache("cpu")
     return model.eval(), ChatTokenizer(metadata)
 
 

@@ -7,6 +7,7 @@ import torch
 from pinning import raises
 
 from mhsa_helpers.block import LlamaBlock, RMSNorm, SwiGLU
+from mhsa_helpers.rope import RotaryEmbedding
 
 
 def test_rms_norm_defaults_and_repr():
@@ -42,7 +43,7 @@ def test_llama_block_is_made_on_the_device_asked_for():
 def test_the_rope_convention_reaches_the_attention_and_changes_the_output():
     torch.manual_seed(0)
     interleaved = LlamaBlock(16, 2, d_ff=24)
-    half_split = LlamaBlock(16, 2, d_ff=24, rope_convention="half_split")
+    half_split = LlamaBlock(16, 2, d_ff=24, rope=RotaryEmbedding(8, convention="half_split"))
     half_split.load_state_dict(interleaved.state_dict())
     assert half_split.attn.rope.convention == "half_split"
     x = torch.randn(1, 6, 16)

@@ -9,6 +9,7 @@ from pinning import raises
 
 from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
 from mhsa_helpers.kv_cache import SlidingWindowCache
+from mhsa_helpers.rope import RotaryEmbedding
 
 
 def test_extra_repr_names_kv_heads_only_when_they_differ():
@@ -246,3 +247,20 @@ def test_an_unbatched_input_streams_through_a_cache_of_slots_like_a_batch_of_one
     for t in range(6):  # one token at a time, past the window: 1, 2, 3, 3, 3, 3 keys held
         torch.testing.assert_close(attn(x[t : t + 1], cache=unbatched), attn(x[None, t : t + 1], cache=batched)[0])
     assert unbatched.keys.shape == batched.keys.shape[1:] == (2, 3, 4)  # (kv_heads, window, d_head)
+
+
+def test_rope_may_be_a_rotary_embedding_the_module_shares():
+    torch.manual_seed(0)
+    shared = RotaryEmbedding(4, 16, 500.0, "half_split")
+    given = MultiHeadSelfAttention(8, 2, causal=True, rope=shared)
+    built = MultiHeadSelfAttention(8, 2, causal=True, rope=True, rope_base=500.0, rope_convention="half_split")
+    built.load_state_dict(given.state_dict())
+    assert given.rope is shared and MultiHeadSelfAttention(8, 2, rope=False).rope is None
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(given(x), built(x))
+    with raises(
+        ValueError, "rope must rotate heads of d_head = d_model // num_heads = 4, got a RotaryEmbedding of d_head=8"
+    ):
+        MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(8))
+    with raises(TypeError, "rope must be a bool or a RotaryEmbedding, got str"):
+        MultiHeadSelfAttention(8, 2, rope="yes")

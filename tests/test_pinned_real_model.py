@@ -26,6 +26,7 @@ from mhsa_helpers.real_model import (
     load_smollm2,
     read_gguf,
 )
+from mhsa_helpers.rope import RotaryEmbedding
 from mhsa_helpers.weight_layouts import permute_rope_weight
 
 gguf = pytest.importorskip("gguf")
@@ -211,7 +212,13 @@ def test_the_model_is_built_from_its_config():
     assert model.rope.convention == "half_split" and CausalLM(CONFIG).rope.convention == "interleaved"
     assert block.attn_norm.eps == model.norm.eps == 1e-6
     assert model.lm_head.weight is model.embed.weight
-    assert all(p.device.type == "meta" for p in CausalLM(CONFIG, device="meta").parameters())
+    shapes_only = CausalLM(CONFIG, device="meta")
+    assert all(p.device.type == "meta" for p in shapes_only.parameters())
+    # The table is computed, not loaded: built on the CPU when the parameters are only shapes, once for all layers.
+    expected = RotaryEmbedding(4, 10, 500.0)
+    assert torch.equal(shapes_only.rope.cos_cached, expected.cos_cached)
+    assert torch.equal(shapes_only.rope.sin_cached, expected.sin_cached)
+    assert all(block.attn.rope is shapes_only.rope for block in shapes_only.blocks)
     caches = model.new_cache(5)
     assert len(caches) == 2 and all(c.capacity == 5 for c in caches) and caches[0] is not caches[1]
 

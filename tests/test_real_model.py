@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from mhsa_helpers import KVCache
 from mhsa_helpers.block import LlamaBlock, RMSNorm, SwiGLU
 from mhsa_helpers.real_model import generate, gguf_path, load_smollm2
+from mhsa_helpers.rope import RotaryEmbedding
 
 PROMPTS = [
     "Money Bank Grows",
@@ -287,9 +288,11 @@ def test_swiglu_is_gated_by_silu():
 
 def test_llama_block_is_two_residual_steps_with_gqa_and_rope():
     torch.manual_seed(0)
-    block = LlamaBlock(16, 4, num_kv_heads=2, d_ff=24, rope_base=500.0, max_seq_len=32, eps=1e-6)
-    assert block.attn.num_kv_heads == 2 and block.attn.causal and block.attn.rope.base == 500.0
-    assert block.attn.rope.max_seq_len == 32 and block.attn_norm.eps == block.mlp_norm.eps == 1e-6
+    rope = RotaryEmbedding(4, 32, 500.0)
+    block = LlamaBlock(16, 4, num_kv_heads=2, d_ff=24, rope=rope, eps=1e-6)
+    assert block.attn.num_kv_heads == 2 and block.attn.causal and block.attn.rope is rope
+    assert block.attn_norm.eps == block.mlp_norm.eps == 1e-6
+    assert LlamaBlock(16, 4, d_ff=24).attn.rope.d_head == 4  # by default, its own
     assert block.mlp.gate.out_features == 24
     assert not any(name.endswith("bias") for name, _ in block.named_parameters())
     x = torch.randn(2, 7, 16)
