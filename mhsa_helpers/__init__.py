@@ -40,7 +40,7 @@ from .masking import (
     padding_mask,
     sliding_window_mask,
 )
-from .mha import MultiHeadSelfAttention, multi_head_self_attention
+from .mha import AttentionWeights, MultiHeadSelfAttention, multi_head_self_attention
 from .positions import sinusoidal_positions
 from .rope import RotaryEmbedding, apply_rotary, rope_frequencies
 from .softmax import softmax
@@ -56,6 +56,7 @@ from .weight_layouts import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionWeights",
     "KVCache",
     "MultiHeadSelfAttention",
     "RotaryEmbedding",

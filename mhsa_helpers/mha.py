@@ -18,6 +18,8 @@ a module from existing weights (per head, fused QKV, ``nn.MultiheadAttention``, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,12 +47,9 @@ from .rope import (
     apply_rotary,
     expect_even_d_head,
     expect_positions_below,
-    expect_positions_from_zero,
-    expect_rope_base,
-    rope_angles,
 )
 
-__all__ = ["GATES", "SINKS", "MultiHeadSelfAttention", "multi_head_self_attention"]
+__all__ = ["GATES", "SINKS", "AttentionWeights", "MultiHeadSelfAttention", "multi_head_self_attention"]
 
 #: ``sink=``: a learned logit per head (gpt-oss), or a fixed 0 per head (softmax-plus-one).
 SINKS = ("learned", "plus_one")
@@ -142,15 +141,8 @@ class MultiHeadSelfAttention(nn.Module):
         self.dropout = expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
         expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
         rotary = None
-        if isinstance(rope, RotaryEmbedding):
-            if rope.d_head != self.d_head:
-                raise ValueError(
-                    f"rope must rotate heads of d_head = d_model // num_heads = {self.d_head}, got a "
-                    f"RotaryEmbedding of d_head={rope.d_head}"
-                )
-            rotary = rope
-        elif not isinstance(rope, bool):
-            raise TypeError(f"rope must be a bool or a RotaryEmbedding, got {type(rope).__name__}")
+        if not isinstance(rope, bool):
+            rotary = expect_rope_for(rope, self.d_head, "True, False or a RotaryEmbedding")
         elif rope:
             expect_rope_d_head(d_model, num_heads)
             rotary = RotaryEmbedding(self.d_head, max_seq_len, rope_base, rope_convention, device=device)
@@ -252,77 +244,62 @@ class MultiHeadSelfAttention(nn.Module):
         return cache
 
 
+@dataclass(frozen=True)
+class AttentionWeights:
+    """The projections of multi-head self-attention, in ``nn.Linear`` layout ``(d_out, d_in)`` (applied as
+    ``x @ W.T``), and their optional biases: what :func:`multi_head_self_attention` takes as one value.
+
+    Shapes: ``q (d_model, d_in)``; ``k``, ``v (num_kv_heads * d_head, d_in)``; ``o (d_out, d_model)``; each bias
+    ``(rows,)`` of its matrix.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    q_bias: torch.Tensor | None = None
+    k_bias: torch.Tensor | None = None
+    v_bias: torch.Tensor | None = None
+    o_bias: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, module: MultiHeadSelfAttention) -> AttentionWeights:
+        """A module's weights and biases (views into its parameters)."""
+        q_bias = k_bias = v_bias = None
+        if module.qkv_proj.bias is not None:
+            q_bias, k_bias, v_bias = torch.split(module.qkv_proj.bias, [module.d_model, module.kv_dim, module.kv_dim])
+        return cls(
+            module.q_weight, module.k_weight, module.v_weight, module.o_weight, q_bias, k_bias, v_bias,
+            module.out_proj.bias,
+        )  # fmt: skip
+
+
 def multi_head_self_attention(
     x: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    v_weight: torch.Tensor,
-    o_weight: torch.Tensor,
+    weights: AttentionWeights,
     *,
     num_heads: int,
     num_kv_heads: int | None = None,
     causal: bool = False,
     mask: torch.Tensor | None = None,
-    rope_base: float | None = None,
-    rope_convention: str = "interleaved",
-    max_seq_len: int | None = None,
+    rope: RotaryEmbedding | None = None,
     token_positions: torch.Tensor | None = None,
-    q_bias: torch.Tensor | None = None,
-    k_bias: torch.Tensor | None = None,
-    v_bias: torch.Tensor | None = None,
-    o_bias: torch.Tensor | None = None,
     need_weights: bool = False,
 ) -> Output:
     """Functional multi-head self-attention: weights in, output out (the same steps as the module).
 
-    Shapes: ``x (..., seq, d_in)``; ``q_weight (d_model, d_in)``; ``k_weight, v_weight
-    (num_kv_heads * d_head, d_in)`` (``num_kv_heads`` defaults to ``num_heads``);
-    ``o_weight (d_out, d_model)`` — ``nn.Linear`` layout, applied as ``x @ W.T``.
-    ``rope_base=None`` disables RoPE; otherwise queries and keys are rotated at
-    ``token_positions`` (integers broadcastable to ``(..., seq)``, default ``0 .. seq-1``),
-    which must be below ``max_seq_len`` when it is given.
+    Shapes: ``x (..., seq, d_in)``; ``weights`` an :class:`AttentionWeights` (``num_kv_heads`` key/value heads,
+    default ``num_heads``). With ``rope`` (a :class:`RotaryEmbedding` of ``d_head``) queries and keys are rotated
+    at ``token_positions`` (integers broadcastable to ``(..., seq)``, default ``0 .. seq-1``).
     Returns ``(..., seq, d_out)``, or ``(output, weights (..., heads, seq, seq))``.
     """
     expect_input(x)
-    kv_heads = expect_kv_heads(expect_int("num_heads", num_heads), num_kv_heads)
-    names = ("q_weight", "k_weight", "v_weight", "o_weight")
-    for name, weight in zip(names, (q_weight, k_weight, v_weight, o_weight), strict=True):
-        if expect_matrix(name, weight, "(d_out, d_in) matrix").dtype != x.dtype:
-            raise TypeError(f"{name} must have the dtype of x ({x.dtype}), got {weight.dtype}")
-    d_model, d_in = q_weight.shape[0], x.shape[-1]
-    if q_weight.shape != (d_model, d_in):
-        raise ValueError(
-            f"q_weight must have shape (d_model, d_in) with d_in = x.shape[-1] = {d_in}, "
-            f"got shape {tuple(q_weight.shape)}"
-        )
-    kv_rows = kv_heads * expect_divisible("d_model", d_model, "num_heads", num_heads)
-    for name, weight in (("k_weight", k_weight), ("v_weight", v_weight)):
-        if weight.shape != (kv_rows, d_in):
-            raise ValueError(
-                f"{name} must have shape (num_kv_heads * d_head, d_in) = ({kv_rows}, {d_in}) to match "
-                f"q_weight, x and num_kv_heads={kv_heads}, got shape {tuple(weight.shape)}"
-            )
-    if o_weight.shape[1] != d_model:
-        raise ValueError(f"o_weight must have shape (d_out, d_model={d_model}), got shape {tuple(o_weight.shape)}")
-    sizes = {"q_bias": d_model, "k_bias": kv_rows, "v_bias": kv_rows, "o_bias": o_weight.shape[0]}
-    for (name, size), bias in zip(sizes.items(), (q_bias, k_bias, v_bias, o_bias), strict=True):
-        if bias is not None:
-            expect_shape(name, bias, (size,), dtype=x.dtype)
-    if rope_base is not None:
-        expect_rope_d_head(d_model, num_heads)
-        expect_rope_base(rope_base)
-        expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
-    expect_token_positions(token_positions, x, rope_on=rope_base is not None)
-    if rope_base is not None and max_seq_len is not None:
-        expect_positions_below(
-            token_positions,
-            expect_int("max_seq_len", max_seq_len),
-            0,
-            x.shape[-2] - 1,
-            remedy="pass a larger max_seq_len",
-        )
-    elif rope_base is not None and token_positions is not None:
-        expect_positions_from_zero(token_positions)
+    kv_heads = expect_weights(weights, x, expect_int("num_heads", num_heads), num_kv_heads)
+    if rope is not None:
+        expect_rope_for(rope, weights.q.shape[0] // num_heads)
+    expect_token_positions(token_positions, x, rope_on=rope is not None)
+    if rope is not None:
+        expect_positions_below(token_positions, rope.max_seq_len, 0, x.shape[-2] - 1)
     if mask is not None:
         expect_mask(
             "mask", mask, (*x.shape[:-2], num_heads, x.shape[-2], x.shape[-2]), "(..., heads, seq, seq_k)", x.device
@@ -330,23 +307,67 @@ def multi_head_self_attention(
 
     with arguments_checked():  # every function below gets arguments built from the ones just checked
         # Project.                                                          (batch, seq, d_model) each
-        q, k, v = F.linear(x, q_weight, q_bias), F.linear(x, k_weight, k_bias), F.linear(x, v_weight, v_bias)
+        q = F.linear(x, weights.q, weights.q_bias)
+        k, v = F.linear(x, weights.k, weights.k_bias), F.linear(x, weights.v, weights.v_bias)
         # Split into heads.                                       (batch, heads | kv_heads, seq, d_head)
         q, k, v = split_heads(q, num_heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
         # Rotate queries and keys (never values) by their positions.
-        if rope_base is not None:
+        if rope is not None:
             if token_positions is None:
-                token_positions = torch.arange(x.shape[-2], device=x.device)
-            elif token_positions.ndim > 1:  # (batch, seq) -> (batch, 1, seq): the same for every head
-                token_positions = token_positions.expand(x.shape[:-1]).unsqueeze(-2)
-            cos, sin = rope_angles(token_positions.to(x.device), q.shape[-1], rope_base)
-            q, k = apply_rotary(q, cos, sin, rope_convention), apply_rotary(k, cos, sin, rope_convention)
+                cos, sin = rope.angles_at(0, x.shape[-2])
+            else:  # (seq,) or (batch, seq) -> (batch, 1, seq): the same for every head
+                cos, sin = rope.angles_for(token_positions.expand(x.shape[:-1]).unsqueeze(-2))
+            q, k = apply_rotary(q, cos, sin, rope.convention), apply_rotary(k, cos, sin, rope.convention)
         # Attend, every head on its own; a key/value head serves num_heads // kv_heads query heads.
         k, v = repeat_kv(k, num_heads // kv_heads), repeat_kv(v, num_heads // kv_heads)
-        heads, weights = attend(q, k, v, mask, is_causal=causal, need_weights=need_weights)
+        heads, attention = attend(q, k, v, mask, is_causal=causal, need_weights=need_weights)
         # Merge the heads and project.                                      (batch, seq, d_out)
-        out = F.linear(merge_heads(heads), o_weight, o_bias)
-    return out if weights is None else (out, weights)
+        out = F.linear(merge_heads(heads), weights.o, weights.o_bias)
+    return out if attention is None else (out, attention)
+
+
+def expect_weights(weights: object, x: torch.Tensor, num_heads: int, num_kv_heads: int | None) -> int:
+    """:class:`AttentionWeights` whose shapes and dtype fit ``x (..., seq, d_in)`` and the heads; the number of
+    key/value heads."""
+    if not isinstance(weights, AttentionWeights):
+        raise TypeError(f"weights must be an AttentionWeights(q, k, v, o, ...), got {type(weights).__name__}")
+    kv_heads = expect_kv_heads(num_heads, num_kv_heads)
+    for name in ("q", "k", "v", "o"):
+        if expect_matrix(f"weights.{name}", getattr(weights, name), "(d_out, d_in) matrix").dtype != x.dtype:
+            raise TypeError(f"weights.{name} must have the dtype of x ({x.dtype}), got {getattr(weights, name).dtype}")
+    d_model, d_in = weights.q.shape[0], x.shape[-1]
+    if weights.q.shape != (d_model, d_in):
+        raise ValueError(
+            f"weights.q must have shape (d_model, d_in) with d_in = x.shape[-1] = {d_in}, "
+            f"got shape {tuple(weights.q.shape)}"
+        )
+    kv_rows = kv_heads * expect_divisible("d_model", d_model, "num_heads", num_heads)
+    for name in ("k", "v"):
+        if getattr(weights, name).shape != (kv_rows, d_in):
+            raise ValueError(
+                f"weights.{name} must have shape (num_kv_heads * d_head, d_in) = ({kv_rows}, {d_in}) to match "
+                f"weights.q, x and num_kv_heads={kv_heads}, got shape {tuple(getattr(weights, name).shape)}"
+            )
+    if weights.o.shape[1] != d_model:
+        raise ValueError(f"weights.o must have shape (d_out, d_model={d_model}), got shape {tuple(weights.o.shape)}")
+    sizes = {"q": d_model, "k": kv_rows, "v": kv_rows, "o": weights.o.shape[0]}
+    for name, size in sizes.items():
+        bias = getattr(weights, f"{name}_bias")
+        if bias is not None:
+            expect_shape(f"weights.{name}_bias", bias, (size,), dtype=x.dtype)
+    return kv_heads
+
+
+def expect_rope_for(rope: object, d_head: int, expected: str = "a RotaryEmbedding") -> RotaryEmbedding:
+    """A :class:`RotaryEmbedding` that rotates heads of ``d_head`` (``expected`` says what else was allowed)."""
+    if not isinstance(rope, RotaryEmbedding):
+        raise TypeError(f"rope must be {expected}, got {type(rope).__name__}")
+    if rope.d_head != d_head:
+        raise ValueError(
+            f"rope must rotate heads of d_head = d_model // num_heads = {d_head}, got a RotaryEmbedding of "
+            f"d_head={rope.d_head}"
+        )
+    return rope
 
 
 def expect_input(x: object, d_in: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -389,7 +410,7 @@ def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on:
     token_positions = expect_tensor("token_positions", token_positions)
     if not rope_on:
         raise ValueError(
-            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
+            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True, or rope=a RotaryEmbedding) "
             f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
         )
     seq = x.shape[-2]

@@ -124,19 +124,13 @@ def rope_angles(token_positions: torch.Tensor, d_head: int, base: float = 10000.
     (Apple's mps).
     """
     if checking():
-        expect_positions_from_zero(token_positions)
+        expect_integer_tensor("token_positions", token_positions)
+        if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
+            raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
     device = torch.device("cpu") if token_positions.device.type == "mps" else token_positions.device
     theta = rope_frequencies(d_head, base, device=device, dtype=torch.float64)
     angles = token_positions.to(device, torch.float64)[..., None] * theta
     return angles.cos().float().to(token_positions.device), angles.sin().float().to(token_positions.device)
-
-
-def expect_positions_from_zero(token_positions: object) -> torch.Tensor:
-    """Integer positions, none negative (read from the tensor; a ``meta`` one has no values to check)."""
-    token_positions = expect_integer_tensor("token_positions", token_positions)
-    if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
-        raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
-    return token_positions
 
 
 def apply_rotary(

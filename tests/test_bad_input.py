@@ -53,12 +53,12 @@ CASES = [
         ["d_head", "even", "d_head=3", "d_model=6", "num_heads=2"],
     ),
     Case(
-        "odd-d_head-with-rope-functional",
+        "rope-of-another-d_head-functional",
         lambda: mh.multi_head_self_attention(
-            torch.zeros(1, 3, 6), *_weights(*[(6, 6)] * 4), num_heads=2, rope_base=1e4
+            torch.zeros(1, 3, 6), mh.AttentionWeights(*_weights(*[(6, 6)] * 4)), num_heads=2, rope=RotaryEmbedding(4)
         ),
         ValueError,
-        ["d_head", "even", "d_head=3", "d_model=6", "num_heads=2"],
+        ["rope", "d_head = d_model // num_heads = 3", "d_head=4"],
     ),
     Case(
         "odd-d_head-rotary-embedding",
@@ -415,7 +415,11 @@ CASES = [
     Case(
         "functional-token_positions-not-a-tensor",
         lambda: mh.multi_head_self_attention(
-            torch.zeros(1, 3, 8), *_weights(*[(8, 8)] * 4), num_heads=2, rope_base=1e4, token_positions=[0, 1, 2]
+            torch.zeros(1, 3, 8),
+            mh.AttentionWeights(*_weights(*[(8, 8)] * 4)),
+            num_heads=2,
+            rope=RotaryEmbedding(4),
+            token_positions=[0, 1, 2],
         ),
         TypeError,
         ["token_positions", "torch.Tensor", "list"],
@@ -444,7 +448,7 @@ CASES = [
     Case(
         "functional-v_bias-wrong-shape",
         lambda: mh.multi_head_self_attention(
-            torch.zeros(1, 3, 8), *_weights(*[(8, 8)] * 4), num_heads=2, v_bias=torch.zeros(6)
+            torch.zeros(1, 3, 8), mh.AttentionWeights(*_weights(*[(8, 8)] * 4), v_bias=torch.zeros(6)), num_heads=2
         ),
         ValueError,
         ["v_bias", "(8,)", "(6,)"],
@@ -452,7 +456,7 @@ CASES = [
     Case(
         "functional-o_bias-not-a-tensor",
         lambda: mh.multi_head_self_attention(
-            torch.zeros(1, 3, 8), *_weights(*[(8, 8)] * 4), num_heads=2, o_bias=[0.0] * 8
+            torch.zeros(1, 3, 8), mh.AttentionWeights(*_weights(*[(8, 8)] * 4), o_bias=[0.0] * 8), num_heads=2
         ),
         TypeError,
         ["o_bias", "torch.Tensor", "list"],
@@ -460,7 +464,9 @@ CASES = [
     Case(
         "functional-q_bias-dtype-differs-from-x",
         lambda: mh.multi_head_self_attention(
-            torch.zeros(1, 3, 8), *_weights(*[(8, 8)] * 4), num_heads=2, q_bias=torch.zeros(8, dtype=torch.float64)
+            torch.zeros(1, 3, 8),
+            mh.AttentionWeights(*_weights(*[(8, 8)] * 4), q_bias=torch.zeros(8, dtype=torch.float64)),
+            num_heads=2,
         ),
         TypeError,
         ["q_bias", "torch.float32", "torch.float64"],

@@ -12,7 +12,7 @@ import pytest
 import torch
 from pinning import raises
 
-from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
+from mhsa_helpers import AttentionWeights, MultiHeadSelfAttention, RotaryEmbedding, multi_head_self_attention
 from mhsa_helpers.checks import arguments_checked, checking
 from mhsa_helpers.heads import split_heads
 from mhsa_helpers.kv_cache import KVCache, SlidingWindowCache
@@ -60,12 +60,12 @@ def test_the_functional_form_checks_at_its_door_and_nothing_it_calls_checks_agai
     torch.manual_seed(0)
     x, w = torch.randn(2, 3, 8), torch.randn(8, 8)
     k_weight = torch.randn(4, 8)
-    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask, rope = torch.ones(3, 3, dtype=torch.bool), RotaryEmbedding(4, 8)
 
     def call():
         return multi_head_self_attention(
-            x, w, k_weight, k_weight, w, num_heads=2, num_kv_heads=1, causal=True, rope_base=10000.0, max_seq_len=8,
-            mask=mask, need_weights=True,
+            x, AttentionWeights(w, k_weight, k_weight, w), num_heads=2, num_kv_heads=1, causal=True,
+            rope=rope, mask=mask, need_weights=True,
         )  # fmt: skip
 
     callers = callers_of_the_checks(call)
@@ -133,19 +133,3 @@ def test_the_door_checks_the_mask_against_the_keys_the_cache_holds(cache, fed, m
     wrong = torch.ones(2, 4 if fed == 3 else 8, dtype=torch.bool)
     with raises(ValueError, message):
         module(torch.randn(1, 2, 8), mask=wrong, cache=cache)
-
-
-@pytest.mark.parametrize("max_seq_len", [None, 8])
-def test_the_functional_forms_door_refuses_negative_positions_with_or_without_a_table_size(max_seq_len):
-    x, w = torch.randn(1, 3, 8), torch.randn(8, 8)
-    message = (
-        "token_positions must be >= 0, got values from -1"
-        if max_seq_len is None
-        else "token_positions must lie in [0, max_seq_len - 1] = [0, 7], got values from -1 to 1; "
-        "pass a larger max_seq_len"
-    )
-    with raises(ValueError, message):
-        multi_head_self_attention(
-            x, w, w, w, w, num_heads=2, rope_base=10000.0, max_seq_len=max_seq_len,
-            token_positions=torch.tensor([-1, 0, 1]),
-        )  # fmt: skip

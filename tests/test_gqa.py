@@ -10,7 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mhsa_helpers import KVCache, MultiHeadSelfAttention, multi_head_self_attention, repeat_kv
+from mhsa_helpers import (
+    AttentionWeights,
+    KVCache,
+    MultiHeadSelfAttention,
+    RotaryEmbedding,
+    multi_head_self_attention,
+    repeat_kv,
+)
 from mhsa_helpers.weight_layouts import from_fused_qkv, from_projection_weights
 
 D_MODEL, HEADS = 32, 8
@@ -87,20 +94,18 @@ def test_functional_form_equals_the_module(num_kv_heads):
     x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
     bias = module.qkv_proj.bias
     kv_dim = num_kv_heads * D_HEAD
-    out = multi_head_self_attention(
-        x,
+    weights = AttentionWeights(
         module.q_weight,
         module.k_weight,
         module.v_weight,
         module.o_weight,
-        num_heads=HEADS,
-        num_kv_heads=num_kv_heads,
-        causal=True,
-        rope_base=10000.0,
         q_bias=bias[:D_MODEL],
         k_bias=bias[D_MODEL : D_MODEL + kv_dim],
         v_bias=bias[D_MODEL + kv_dim :],
         o_bias=module.out_proj.bias,
+    )  # spelled out rather than AttentionWeights.of(module): the test of the slicing is this one
+    out = multi_head_self_attention(
+        x, weights, num_heads=HEADS, num_kv_heads=num_kv_heads, causal=True, rope=RotaryEmbedding(D_HEAD)
     )
     torch.testing.assert_close(out, module(x))
 
@@ -188,5 +193,5 @@ def test_bad_grouping_names_the_setting(build, error, match):
 def test_functional_form_names_wrong_kv_weight_shapes():
     x = torch.randn(1, 3, 32)
     w = torch.randn(32, 32)
-    with pytest.raises(ValueError, match=r"k_weight must have shape \(num_kv_heads \* d_head, d_in\) = \(8, 32\)"):
-        multi_head_self_attention(x, w, w, w, w, num_heads=8, num_kv_heads=2)
+    with pytest.raises(ValueError, match=r"weights.k must have shape \(num_kv_heads \* d_head, d_in\) = \(8, 32\)"):
+        multi_head_self_attention(x, AttentionWeights(w, w, w, w), num_heads=8, num_kv_heads=2)

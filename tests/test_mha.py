@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mhsa_helpers
-from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
+from mhsa_helpers import AttentionWeights, MultiHeadSelfAttention, RotaryEmbedding, multi_head_self_attention
 from mhsa_helpers.weight_layouts import from_fused_qkv, from_head_weights, from_projection_weights, from_torch_mha
 
 SEEDS = st.integers(0, 2**31 - 1)
@@ -213,7 +213,7 @@ def test_matches_from_scratch_reference_with_different_d_in_d_out():
     )
     torch.testing.assert_close(module_t(x), expected)
     functional = multi_head_self_attention(
-        x, w_q, w_k, w_v, w_o, num_heads=heads, causal=True, q_bias=b_q, k_bias=b_k, v_bias=b_v, o_bias=b_o
+        x, AttentionWeights(w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o), num_heads=heads, causal=True
     )
     torch.testing.assert_close(functional, expected)
 
@@ -442,20 +442,18 @@ def test_rope_module_equals_reference_rotation_of_q_and_k():
     # Per-example positions (batch, seq) with identical rows give the same answer.
     torch.testing.assert_close(module(x, token_positions=positions.expand(2, 6)), expected)
     # And the functional form with the same weights.
-    functional = multi_head_self_attention(
-        x,
+    weights = AttentionWeights(
         module.q_weight,
         module.k_weight,
         module.v_weight,
         module.o_weight,
-        num_heads=2,
-        causal=True,
-        rope_base=10000.0,
-        token_positions=positions,
         q_bias=module.qkv_proj.bias[:8],
         k_bias=module.qkv_proj.bias[8:16],
         v_bias=module.qkv_proj.bias[16:],
         o_bias=module.out_proj.bias,
+    )
+    functional = multi_head_self_attention(
+        x, weights, num_heads=2, causal=True, rope=RotaryEmbedding(4), token_positions=positions
     )
     torch.testing.assert_close(functional, expected)
 

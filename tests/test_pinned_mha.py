@@ -7,7 +7,7 @@ import pytest
 import torch
 from pinning import raises
 
-from mhsa_helpers import MultiHeadSelfAttention, multi_head_self_attention
+from mhsa_helpers import AttentionWeights, MultiHeadSelfAttention, multi_head_self_attention
 from mhsa_helpers.kv_cache import SlidingWindowCache
 from mhsa_helpers.rope import RotaryEmbedding
 
@@ -34,7 +34,7 @@ def test_token_positions_messages():
         MultiHeadSelfAttention(8, 2, rope=True)(x, token_positions=[0, 1, 2, 3])
     with raises(
         ValueError,
-        "token_positions are RoPE positions, but RoPE is off: enable it (rope=True / rope_base=...) "
+        "token_positions are RoPE positions, but RoPE is off: enable it (rope=True, or rope=a RotaryEmbedding) "
         "or drop them; got token_positions of shape (4,)",
     ):
         MultiHeadSelfAttention(8, 2)(x, token_positions=torch.arange(4))
@@ -96,34 +96,41 @@ def test_input_messages():
 X, W = torch.zeros(1, 3, 8), torch.zeros(8, 8)
 
 
-def _functional(*weights, **options):
-    return multi_head_self_attention(X, *(weights or (W, W, W, W)), **{"num_heads": 2, **options})
+def _functional(*matrices, **options):
+    biases = {name: options.pop(name) for name in ("q_bias", "k_bias", "v_bias", "o_bias") if name in options}
+    weights = AttentionWeights(*(matrices or (W, W, W, W)), **biases)
+    return multi_head_self_attention(X, weights, **{"num_heads": 2, **options})
+
+
+def test_functional_weights_must_be_one_value():
+    with raises(TypeError, "weights must be an AttentionWeights(q, k, v, o, ...), got tuple"):
+        multi_head_self_attention(X, (W, W, W, W), num_heads=2)  # type: ignore[arg-type]  # the mistake tested
 
 
 @pytest.mark.parametrize("index", range(4))
 def test_functional_weights_must_have_the_dtype_of_x(index):
-    name = ("q_weight", "k_weight", "v_weight", "o_weight")[index]
+    name = ("q", "k", "v", "o")[index]
     weights = [W, W, W, W]
     weights[index] = W.double()
-    with raises(TypeError, f"{name} must have the dtype of x (torch.float32), got torch.float64"):
+    with raises(TypeError, f"weights.{name} must have the dtype of x (torch.float32), got torch.float64"):
         _functional(*weights)
 
 
 def test_functional_weight_shape_messages():
-    with raises(ValueError, "q_weight must have shape (d_model, d_in) with d_in = x.shape[-1] = 8, got shape (8, 6)"):
+    with raises(ValueError, "weights.q must have shape (d_model, d_in) with d_in = x.shape[-1] = 8, got shape (8, 6)"):
         _functional(torch.zeros(8, 6), W, W, W)
-    for index, name in ((1, "k_weight"), (2, "v_weight")):
+    for index, name in ((1, "k"), (2, "v")):
         weights = [W, W, W, W]
         weights[index] = torch.zeros(6, 8)
         with raises(
             ValueError,
-            f"{name} must have shape (num_kv_heads * d_head, d_in) = (8, 8) to match q_weight, x and "
+            f"weights.{name} must have shape (num_kv_heads * d_head, d_in) = (8, 8) to match weights.q, x and "
             "num_kv_heads=2, got shape (6, 8)",
         ):
             _functional(*weights)
-    with raises(ValueError, "o_weight must have shape (d_out, d_model=8), got shape (8, 6)"):
+    with raises(ValueError, "weights.o must have shape (d_out, d_model=8), got shape (8, 6)"):
         _functional(W, W, W, torch.zeros(8, 6))
-    with raises(ValueError, "o_weight must be a 2-D (d_out, d_in) matrix, got shape (8, 8, 1)"):
+    with raises(ValueError, "weights.o must be a 2-D (d_out, d_in) matrix, got shape (8, 8, 1)"):
         _functional(W, W, W, torch.zeros(8, 8, 1))
 
 
@@ -136,80 +143,37 @@ def test_functional_a_d_out_other_than_d_model_is_allowed():
 def test_functional_bias_sizes(name, size):
     # Two query heads of 4 on one key/value head (4 rows), and d_out = 6: every bias has its own size.
     weights = (W, torch.zeros(4, 8), torch.zeros(4, 8), torch.zeros(6, 8))
-    with raises(ValueError, f"{name} must have shape ({size},), got shape (5,)"):
+    with raises(ValueError, f"weights.{name} must have shape ({size},), got shape (5,)"):
         _functional(*weights, num_kv_heads=1, **{name: torch.zeros(5)})
     _functional(*weights, num_kv_heads=1, **{name: torch.zeros(size)})
 
 
 def test_functional_rope_argument_messages():
-    with raises(ValueError, "base must be a finite number > 1 (10000 in most models), got base=1.0"):
-        _functional(rope_base=1.0)
-    with raises(ValueError, "rope_convention must be one of 'interleaved', 'half_split', got 'neox'"):
-        _functional(rope_base=1e4, rope_convention="neox")
-    with raises(ValueError, "max_seq_len must be >= 1, got 0"):
-        _functional(rope_base=1e4, max_seq_len=0)
-    # Without RoPE, the RoPE settings are not read.
-    _functional(rope_convention="neox", max_seq_len=0)
+    with raises(TypeError, "rope must be a RotaryEmbedding, got float"):
+        _functional(rope=10000.0)
+    with raises(
+        ValueError, "rope must rotate heads of d_head = d_model // num_heads = 4, got a RotaryEmbedding of d_head=8"
+    ):
+        _functional(rope=RotaryEmbedding(8))
 
 
-def test_functional_positions_must_lie_below_max_seq_len():
+def test_functional_positions_must_lie_below_the_tables_length():
     message = (
         "token_positions must lie in [0, max_seq_len - 1] = [0, 1], got values from 0 to 2; "
-        "pass a larger max_seq_len"  # there is no RotaryEmbedding to rebuild here
+        "build RotaryEmbedding with a larger max_seq_len"
     )
+    rope = RotaryEmbedding(4, 2)
     with raises(ValueError, message):  # the default positions 0 .. seq - 1
-        _functional(rope_base=1e4, max_seq_len=2)
+        _functional(rope=rope)
     with raises(ValueError, message):
-        _functional(rope_base=1e4, max_seq_len=2, token_positions=torch.tensor([0, 1, 2]))
-    _functional(rope_base=1e4, max_seq_len=2, token_positions=torch.tensor([0, 1, 1]))
-    _functional(rope_base=1e4, max_seq_len=3)
+        _functional(rope=rope, token_positions=torch.tensor([0, 1, 2]))
+    with raises(ValueError, message.replace("from 0 to 2", "from -1 to 1")):
+        _functional(rope=rope, token_positions=torch.tensor([-1, 0, 1]))
+    _functional(rope=rope, token_positions=torch.tensor([0, 1, 1]))
+    _functional(rope=RotaryEmbedding(4, 3))
 
 
 def test_functional_mask_message_names_the_heads():
-    with raises(
-        ValueError,
-        "mask must be broadcastable to (..., heads, seq, seq_k) = (1, 2, 3, 3), got shape (3, 3, 3)",
-    ):
-        _functional(mask=torch.ones(3, 3, 3, dtype=torch.bool))
-
-
-def test_forward_refuses_another_width_or_dtype():
-    module = MultiHeadSelfAttention(8, 2, d_in=6)
-    with raises(ValueError, "x must have last dimension d_in=6, got shape (2, 3, 8)"):
-        module(torch.zeros(2, 3, 8))
-    with raises(
-        TypeError,
-        "x must have the module's dtype torch.float32, got torch.float64; use x.to(torch.float32) or "
-        "module.to(torch.float64)",
-    ):
-        module(torch.zeros(2, 3, 6, dtype=torch.float64))
-
-
-def test_rope_positions_default_to_0_to_seq_minus_1():
-    # RoPE scores depend only on m - n, so positions shifted by one give the same output up to
-    # rounding: the default must be exactly the positions 0 .. seq - 1 passed explicitly.
-    torch.manual_seed(0)
-    module = MultiHeadSelfAttention(32, 4, rope=True, max_seq_len=64)
-    x = torch.randn(1, 7, 32) * 30
-    assert torch.equal(module(x), module(x, token_positions=torch.arange(7)))
-
-
-def test_per_sequence_positions_rotate_each_sequence_by_its_own():
-    # (batch, seq) positions: row b belongs to sequence b, for every head (not to head b).
-    torch.manual_seed(0)
-    module = MultiHeadSelfAttention(8, 2, rope=True, max_seq_len=16)
-    x = torch.randn(2, 3, 8)
-    positions = torch.tensor([[0, 1, 2], [5, 9, 14]])
-    together = module(x, token_positions=positions)
-    for b in range(2):
-        torch.testing.assert_close(together[b : b + 1], module(x[b : b + 1], token_positions=positions[b]))
-
-
-def test_functional_num_heads_messages():
-    with raises(ValueError, "num_heads must be >= 1, got 0"):
-        _functional(num_heads=0)
-    with raises(TypeError, "num_heads must be an int, got float 2.0 (expected >= 1)"):
-        _functional(num_heads=2.0)
     with raises(
         ValueError,
         "num_heads must divide d_model: expected d_model % num_heads == 0, got d_model=8, num_heads=3",
@@ -217,24 +181,30 @@ def test_functional_num_heads_messages():
         _functional(num_heads=3)
 
 
-def _module_and_weights(**options):
-    torch.manual_seed(0)
-    module = MultiHeadSelfAttention(8, 2, qkv_bias=False, out_bias=False, **options)
-    weights = [w.detach() for w in (module.q_weight, module.k_weight, module.v_weight, module.o_weight)]
-    return module, weights
-
-
-def test_functional_uses_its_mask_and_rope_convention_like_the_module():
+def test_functional_uses_its_mask_and_rope_like_the_module():
     x = torch.randn(2, 4, 8)
     mask = torch.tensor([True, False, True, True])
-    module, weights = _module_and_weights()
-    masked = multi_head_self_attention(x, *weights, num_heads=2, mask=mask)
+    torch.manual_seed(0)
+    module = MultiHeadSelfAttention(8, 2)
+    masked = multi_head_self_attention(x, AttentionWeights.of(module), num_heads=2, mask=mask)
     torch.testing.assert_close(masked, module(x, mask=mask))
     assert not torch.allclose(masked, module(x))
     for convention in ("interleaved", "half_split"):
-        module, weights = _module_and_weights(rope=True, rope_convention=convention)
-        got = multi_head_self_attention(x, *weights, num_heads=2, rope_base=10000.0, rope_convention=convention)
+        module = MultiHeadSelfAttention(8, 2, rope=True, rope_convention=convention)
+        got = multi_head_self_attention(x, AttentionWeights.of(module), num_heads=2, rope=module.rope)
         torch.testing.assert_close(got, module(x))
+
+
+def test_attention_weights_of_a_module_are_views_of_its_parameters():
+    module = MultiHeadSelfAttention(8, 2, num_kv_heads=1, d_out=6)
+    weights = AttentionWeights.of(module)
+    bias = module.qkv_proj.bias
+    assert weights.q.shape == (8, 8) and weights.k.shape == weights.v.shape == (4, 8) and weights.o.shape == (6, 8)
+    assert torch.equal(torch.cat((weights.q_bias, weights.k_bias, weights.v_bias)), bias)
+    assert weights.k_bias.shape == (4,) and weights.o_bias is module.out_proj.bias
+    assert weights.q.data_ptr() == module.qkv_proj.weight.data_ptr()  # a view: nothing copied
+    no_bias = AttentionWeights.of(MultiHeadSelfAttention(8, 2, qkv_bias=False, out_bias=False))
+    assert no_bias.q_bias is no_bias.k_bias is no_bias.v_bias is no_bias.o_bias is None
 
 
 def test_an_unbatched_input_streams_through_a_cache_of_slots_like_a_batch_of_one():
@@ -262,5 +232,5 @@ def test_rope_may_be_a_rotary_embedding_the_module_shares():
         ValueError, "rope must rotate heads of d_head = d_model // num_heads = 4, got a RotaryEmbedding of d_head=8"
     ):
         MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(8))
-    with raises(TypeError, "rope must be a bool or a RotaryEmbedding, got str"):
+    with raises(TypeError, "rope must be True, False or a RotaryEmbedding, got str"):
         MultiHeadSelfAttention(8, 2, rope="yes")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from mhsa_helpers import (
+    AttentionWeights,
     MultiHeadSelfAttention,
     RotaryEmbedding,
     causal_mask,
@@ -548,14 +549,10 @@ def test_seed003_matches_functional_and_module(theta):
 
     out, weights = multi_head_self_attention(
         x,
-        q,
-        k,
-        v,
-        o,
+        AttentionWeights(q, k, v, o),
         num_heads=HEADS,
         causal=True,
-        rope_base=theta,
-        rope_convention="interleaved",
+        rope=RotaryEmbedding(q.shape[0] // HEADS, base=theta),
         token_positions=positions,
         need_weights=True,
     )
@@ -623,13 +620,10 @@ def test_seed003_per_example_positions_quirk():
     assert_close(weights, expected_weights)
     out, weights = multi_head_self_attention(
         x,
-        q,
-        k,
-        v,
-        o,
+        AttentionWeights(q, k, v, o),
         num_heads=HEADS,
         causal=True,
-        rope_base=theta,
+        rope=RotaryEmbedding(q.shape[0] // HEADS, base=theta),
         token_positions=positions,
         need_weights=True,
     )
@@ -648,14 +642,18 @@ def test_seed003_quirk_boundary_single_head_or_single_example():
     x = torch.randn(2, 6, D_IN)
     seed_model, _ = _seed003_module(theta, num_heads=1)
     expected = seed_model(q, k, v, o, x, positions)
-    out = multi_head_self_attention(x, q, k, v, o, num_heads=1, causal=True, rope_base=theta, token_positions=positions)
+    out = multi_head_self_attention(
+        x, AttentionWeights(q, k, v, o), num_heads=1, causal=True, rope=RotaryEmbedding(q.shape[0], base=theta),
+        token_positions=positions,
+    )  # fmt: skip
     assert_close(out, expected)
 
     seed_model, _ = _seed003_module(theta)
     expected = seed_model(q, k, v, o, x[:1], positions[:1])
     out = multi_head_self_attention(
-        x[:1], q, k, v, o, num_heads=HEADS, causal=True, rope_base=theta, token_positions=positions[:1]
-    )
+        x[:1], AttentionWeights(q, k, v, o), num_heads=HEADS, causal=True,
+        rope=RotaryEmbedding(q.shape[0] // HEADS, base=theta), token_positions=positions[:1],
+    )  # fmt: skip
     assert_close(out, expected)
 
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ... import (
+    AttentionWeights,
     merge_heads,
     multi_head_self_attention,
     split_heads,
@@ -172,7 +173,7 @@ def _merge_reshape_without_transpose(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mha_reference(x, q_weight, k_weight, v_weight, o_weight, num_heads):
-    return multi_head_self_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads=num_heads)
+    return multi_head_self_attention(x, AttentionWeights(q_weight, k_weight, v_weight, o_weight), num_heads=num_heads)
 
 
 def handed_out_multi_head_attention(x, q_weight, k_weight, v_weight, o_weight, num_heads):
