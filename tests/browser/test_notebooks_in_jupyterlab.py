@@ -318,14 +318,16 @@ def drag(page, control, fraction: float) -> None:
 
 
 def image_scale(page, explorer: int) -> dict:
-    """The explorer image's own pixels against the CSS pixels it is shown at."""
+    """The explorer image's own pixels against the CSS pixels it is shown at, once the browser has decoded
+    it (a new picture's size is 0 until then: on a busy machine the question can come first)."""
     return (
         page.locator(".mhsa-explorer")
         .nth(explorer)
         .locator(".mhsa-explorer-figure")
         .evaluate(
-            "(img) => ({natural: img.naturalWidth, shown: img.getBoundingClientRect().width,"
-            " ratio: window.devicePixelRatio})"
+            "async (img) => { await img.decode().catch(() => undefined);"
+            " return {natural: img.naturalWidth, shown: img.getBoundingClientRect().width,"
+            " ratio: window.devicePixelRatio}; }"
         )
     )
 
