@@ -700,11 +700,11 @@ def test_calling_torch_softmax_in_the_softmax_exercise_is_noted_not_failed():
 
 
 def test_calling_the_package_where_the_exercise_asks_to_write_it_is_noted():
-    mh = _with_package(split="split_heads", mhsa="multi_head_self_attention", sdpa="scaled_dot_product_attention")
+    mh = _with_package(split="split_heads", mhsa="multi_head_self_attention", weights="AttentionWeights")
     split = CHECKERS["check_split_heads"](lambda x, h: mh["split"](x, h), verbose=False)
     assert split.correct and split.shortcuts == ("mhsa_helpers.heads.split_heads",)
     whole = CHECKERS["check_multi_head_attention"](
-        lambda x, wq, wk, wv, wo, h: mh["mhsa"](x, wq, wk, wv, wo, num_heads=h), verbose=False
+        lambda x, wq, wk, wv, wo, h: mh["mhsa"](x, mh["weights"](wq, wk, wv, wo), num_heads=h), verbose=False
     )
     assert whole.correct and "multi_head_self_attention" in whole.message
     sdpa = CHECKERS["check_my_attention"](

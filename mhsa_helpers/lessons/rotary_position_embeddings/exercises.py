@@ -372,7 +372,21 @@ COMPLEX_MISCONCEPTIONS = (
 )
 
 
-class _ComplexWatch(TorchFunctionMode):
+class _Watch(TorchFunctionMode):
+    """A mode that watches the learner's torch calls, and survives the checker's time limit: its alarm can
+    land where torch has taken the mode off its stack for a moment (``_pop_mode_temporarily``, between the pop
+    and the ``try`` that puts it back). Leaving the ``with`` then finds nothing to pop; the stop, already on
+    its way, is what the learner must hear, not torch's "empty mode stack"."""
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        try:
+            super().__exit__(exc_type, exc_value, traceback)
+        except RuntimeError:
+            if exc_type is None:
+                raise
+
+
+class _ComplexWatch(_Watch):
     """Notes whether any torch function returns a complex tensor while it is active."""
 
     def __init__(self) -> None:
@@ -451,7 +465,7 @@ def check_apply_rope_complex(learner: Callable[..., torch.Tensor], *, verbose: b
 _TRIGONOMETRY = frozenset({"cos", "sin", "cos_", "sin_", "polar"})
 
 
-class _TrigonometryWatch(TorchFunctionMode):
+class _TrigonometryWatch(_Watch):
     """Lists the torch functions that compute a cosine or a sine (or e^(i·angle)) while it is active."""
 
     def __init__(self) -> None:

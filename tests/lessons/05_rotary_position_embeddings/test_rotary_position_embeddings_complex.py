@@ -143,3 +143,17 @@ def test_a_call_without_base_must_use_10000():
 
     result = check_apply_rope_complex(other_default, verbose=False)
     assert not result.correct and "called without one (my_apply_rope_complex(x, positions))" in result.message
+
+
+def test_the_learners_error_is_told_even_when_torch_had_taken_the_watch_off_its_stack():
+    """What the checker's time limit can leave behind: its alarm lands where torch has popped the watching mode
+    for a moment, so leaving the watch finds nothing to pop. The learner hears their own stop, not torch's."""
+
+    def answer(x, positions, base=10000.0):
+        torch._C._pop_torch_function_stack()  # the watch, gone from the stack as the alarm would leave it
+        raise ValueError("stopped here")
+
+    result = check_apply_rope_complex(answer, verbose=False)
+    assert result.status == "error"
+    assert "your function raised ValueError" in result.message
+    assert "checker itself failed" not in result.message
