@@ -123,10 +123,9 @@ def rope_angles(token_positions: torch.Tensor, d_head: int, base: float = 10000.
     ``m`` reaches the thousands), where the positions are, or on the CPU for a device without float64
     (Apple's mps).
     """
-    if checking():
-        expect_integer_tensor("token_positions", token_positions)
-        if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
-            raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
+    expect_integer_tensor("token_positions", token_positions)
+    if token_positions.numel() and not token_positions.is_meta and int(token_positions.min()) < 0:
+        raise ValueError(f"token_positions must be >= 0, got values from {int(token_positions.min())}")
     device = torch.device("cpu") if token_positions.device.type == "mps" else token_positions.device
     theta = rope_frequencies(d_head, base, device=device, dtype=torch.float64)
     angles = token_positions.to(device, torch.float64)[..., None] * theta
