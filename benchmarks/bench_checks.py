@@ -21,7 +21,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mhsa_helpers import MultiHeadSelfAttention
+from mhsa_helpers import MultiHeadSelfAttention, RotaryEmbedding
 from mhsa_helpers.kv_cache import KVCache
 
 D_MODEL, HEADS, KV_HEADS, PROMPT = 64, 4, 2, 8
@@ -108,7 +108,9 @@ def main() -> None:
         args.steps, args.rounds = 8, 2
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    module = MultiHeadSelfAttention(D_MODEL, HEADS, num_kv_heads=KV_HEADS, causal=True, rope=True).eval()
+    module = MultiHeadSelfAttention(
+        D_MODEL, HEADS, num_kv_heads=KV_HEADS, causal=True, rope=RotaryEmbedding(D_MODEL // HEADS)
+    ).eval()
     x = torch.randn(1, PROMPT + args.steps, D_MODEL)
     with torch.inference_mode():
         torch.testing.assert_close(bare_steps(module, x, args.steps), module_steps(module, x, args.steps))

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_decode.py [--positions 128 512 1024 2048 4096] [--steps 32] [--threads 2] [--quick]
 
-A causal ``MultiHeadSelfAttention(512, 8, rope=True)``, batch 1, float32, under
+A causal ``MultiHeadSelfAttention(512, 8, rope=RotaryEmbedding(64))``, batch 1, float32, under
 ``torch.inference_mode``. For each start position ``p`` and each cache, the cache is first filled
 with ``p`` tokens (one untimed prefill), then ``--steps`` single tokens are decoded and each step is
 timed; the table shows the median per-token time. The two caches decode the same tokens and
@@ -30,7 +30,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mhsa_helpers import KVCache, MultiHeadSelfAttention
+from mhsa_helpers import KVCache, MultiHeadSelfAttention, RotaryEmbedding
 
 D_MODEL, HEADS = 512, 8
 TARGET = 1.3
@@ -84,7 +84,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     last = max(args.positions) + args.steps
-    module = MultiHeadSelfAttention(D_MODEL, HEADS, causal=True, rope=True, max_seq_len=last).eval()
+    module = MultiHeadSelfAttention(
+        D_MODEL, HEADS, causal=True, rope=RotaryEmbedding(D_MODEL // HEADS, max_seq_len=last)
+    ).eval()
     rows = []
     with torch.inference_mode():
         check_equal(module)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import expect_int, expect_number
+from .checks import expect_divisible, expect_int, expect_number
 from .kv_cache import KVCache
 from .mha import MultiHeadSelfAttention
 from .rope import RotaryEmbedding
@@ -39,7 +39,9 @@ class TransformerBlock(nn.Module):
         d_model: width of the residual stream.
         num_heads: attention heads (must divide ``d_model``).
         d_ff: hidden width of the MLP (default ``4 * d_model``, as in the original Transformer).
-        causal, rope, rope_base: passed to :class:`~mhsa_helpers.mha.MultiHeadSelfAttention`.
+        causal: passed to :class:`~mhsa_helpers.mha.MultiHeadSelfAttention`.
+        rope, rope_base: rotate queries and keys with a :class:`~mhsa_helpers.rope.RotaryEmbedding` of that base
+            (the settings of notebook 06's ``MyBlock``).
         dropout: on the attention weights and on the MLP's output.
 
     Call: ``block(x, cache=None, token_positions=None)`` with ``x (batch, seq, d_model)`` returns
@@ -58,14 +60,15 @@ class TransformerBlock(nn.Module):
         rope_base: float = 10000.0,
         dropout: float = 0.0,
     ) -> None:
-        expect_int("d_model", d_model)
+        d_head = expect_divisible(
+            "d_model", expect_int("d_model", d_model), "num_heads", expect_int("num_heads", num_heads)
+        )
         d_ff = 4 * d_model if d_ff is None else expect_int("d_ff", d_ff)
         expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
         super().__init__()
         self.ln_1 = nn.LayerNorm(d_model)
-        self.attn = MultiHeadSelfAttention(
-            d_model, num_heads, causal=causal, rope=rope, rope_base=rope_base, dropout=dropout
-        )
+        rotary = RotaryEmbedding(d_head, base=rope_base) if rope else None
+        self.attn = MultiHeadSelfAttention(d_model, num_heads, causal=causal, rope=rotary, dropout=dropout)
         self.ln_2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
 
@@ -159,7 +162,7 @@ class LlamaBlock(nn.Module):
             causal=True,
             qkv_bias=False,
             out_bias=False,
-            rope=True if rope is None else rope,
+            rope=RotaryEmbedding(d_model // num_heads, device=device) if rope is None else rope,
             device=device,
         )
         self.mlp_norm = RMSNorm(d_model, eps, device=device)

@@ -41,13 +41,7 @@ from .checks import (
 )
 from .heads import merge_heads, repeat_kv, split_heads
 from .kv_cache import KVCache, expect_cache
-from .rope import (
-    ROPE_CONVENTIONS,
-    RotaryEmbedding,
-    apply_rotary,
-    expect_even_d_head,
-    expect_positions_below,
-)
+from .rope import RotaryEmbedding, apply_rotary, expect_even_d_head, expect_positions_below
 
 __all__ = ["GATES", "SINKS", "AttentionWeights", "MultiHeadSelfAttention", "multi_head_self_attention"]
 
@@ -71,11 +65,9 @@ class MultiHeadSelfAttention(nn.Module):
         causal: mask future positions (decoder self-attention).
         qkv_bias, out_bias: learnable biases on the input and output projections.
         dropout: probability of zeroing an attention weight in training mode.
-        rope: rotate queries and keys by their positions (RoPE, notebook 05): a :class:`RotaryEmbedding` of
-            ``d_head`` to use (a model passes one to all its layers: one cos/sin table), or ``True`` for one of
-            the module's own, built with ``rope_base``, ``rope_convention`` and ``max_seq_len``.
-        rope_base, rope_convention, max_seq_len: settings of the :class:`RotaryEmbedding` that ``rope=True``
-            builds.
+        rope: ``None``, or a :class:`RotaryEmbedding` of ``d_head`` to rotate queries and keys by their
+            positions with (RoPE, notebook 05): its base, pairing and table length are its own settings, and a
+            model passes one to all its layers (one cos/sin table).
         sink: ``None``, ``"learned"`` or ``"plus_one"``: each head's softmax gets one more logit with no
             value vector, so a head may attend to nothing — learned per head (``sink`` parameter, gpt-oss)
             or fixed at 0 (softmax-plus-one). Notebook 12.
@@ -121,10 +113,7 @@ class MultiHeadSelfAttention(nn.Module):
         qkv_bias: bool = True,
         out_bias: bool = True,
         dropout: float = 0.0,
-        rope: bool | RotaryEmbedding = False,
-        rope_base: float = 10000.0,
-        rope_convention: str = "interleaved",
-        max_seq_len: int = 2048,
+        rope: RotaryEmbedding | None = None,
         sink: str | None = None,
         gate: str | None = None,
         device: str | torch.device | None = None,
@@ -139,16 +128,12 @@ class MultiHeadSelfAttention(nn.Module):
         self.d_out = d_model if d_out is None else expect_int("d_out", d_out)
         self.causal = bool(causal)
         self.dropout = expect_number("dropout", dropout, 0.0, 1.0, open_high=True)
-        expect_choice("rope_convention", rope_convention, ROPE_CONVENTIONS)
-        rotary = None
-        if not isinstance(rope, bool):
-            rotary = expect_rope_for(rope, self.d_head, "True, False or a RotaryEmbedding")
-        elif rope:
+        if rope is not None:
             expect_rope_d_head(d_model, num_heads)
-            rotary = RotaryEmbedding(self.d_head, max_seq_len, rope_base, rope_convention, device=device)
+            expect_rope_for(rope, self.d_head, "None or a RotaryEmbedding")
         self.qkv_proj = nn.Linear(self.d_in, d_model + 2 * self.kv_dim, bias=qkv_bias, device=device, dtype=dtype)
         self.out_proj = nn.Linear(d_model, self.d_out, bias=out_bias, device=device, dtype=dtype)
-        self.rope: RotaryEmbedding | None = rotary
+        self.rope = rope
         # (heads,): the logit of each head's sink; softmax-plus-one's fixed zeros are not saved with the weights.
         logits = torch.zeros(num_heads, device=device, dtype=dtype)
         if sink is not None and expect_choice("sink", sink, SINKS) == "learned":
@@ -361,7 +346,10 @@ def expect_weights(weights: object, x: torch.Tensor, num_heads: int, num_kv_head
 def expect_rope_for(rope: object, d_head: int, expected: str = "a RotaryEmbedding") -> RotaryEmbedding:
     """A :class:`RotaryEmbedding` that rotates heads of ``d_head`` (``expected`` says what else was allowed)."""
     if not isinstance(rope, RotaryEmbedding):
-        raise TypeError(f"rope must be {expected}, got {type(rope).__name__}")
+        raise TypeError(
+            f"rope must be {expected}, e.g. rope=RotaryEmbedding({d_head}) for heads of d_head={d_head}, "
+            f"got {type(rope).__name__}"
+        )
     if rope.d_head != d_head:
         raise ValueError(
             f"rope must rotate heads of d_head = d_model // num_heads = {d_head}, got a RotaryEmbedding of "
@@ -410,7 +398,7 @@ def expect_token_positions(token_positions: object, x: torch.Tensor, *, rope_on:
     token_positions = expect_tensor("token_positions", token_positions)
     if not rope_on:
         raise ValueError(
-            "token_positions are RoPE positions, but RoPE is off: enable it (rope=True, or rope=a RotaryEmbedding) "
+            "token_positions are RoPE positions, but RoPE is off: enable it (rope=a RotaryEmbedding) "
             f"or drop them; got token_positions of shape {tuple(token_positions.shape)}"
         )
     seq = x.shape[-2]

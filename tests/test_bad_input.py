@@ -30,9 +30,9 @@ def _qkv(seq_q=3, seq_k=3, d_k=4, d_v=4, batch=2):
     )
 
 
-def _mhsa(**options):
+def _mhsa(*, rope=False, max_seq_len=2048, **options):
     torch.manual_seed(0)
-    return MultiHeadSelfAttention(8, 2, **options)
+    return MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4, max_seq_len) if rope else None, **options)
 
 
 def _weights(*shapes):
@@ -48,7 +48,7 @@ CASES = [
     ),
     Case(
         "odd-d_head-with-rope",
-        lambda: MultiHeadSelfAttention(6, 2, rope=True),
+        lambda: MultiHeadSelfAttention(6, 2, rope=RotaryEmbedding(2)),
         ValueError,
         ["d_head", "even", "d_head=3", "d_model=6", "num_heads=2"],
     ),
@@ -166,7 +166,7 @@ CASES = [
         "token_positions-with-rope-off",
         lambda: _mhsa(rope=False)(torch.zeros(1, 4, 8), token_positions=torch.arange(4)),
         ValueError,
-        ["token_positions", "RoPE is off", "rope=True", "(4,)"],
+        ["token_positions", "RoPE is off", "rope=a RotaryEmbedding", "(4,)"],
     ),
     Case(
         "projection-weights-out_in-wrong-k",
@@ -214,9 +214,9 @@ CASES = [
     ),
     Case(
         "unknown-rope-convention",
-        lambda: MultiHeadSelfAttention(8, 2, rope=True, rope_convention="neox"),
+        lambda: RotaryEmbedding(4, convention="neox"),
         ValueError,
-        ["rope_convention", "'interleaved'", "'half_split'", "'neox'"],
+        ["convention", "'interleaved'", "'half_split'", "'neox'"],
     ),
     Case(
         "x-dtype-differs-from-module",

@@ -45,7 +45,9 @@ def only_the_door(callers: Counter[str], door: str) -> set[str]:
 @pytest.mark.parametrize("cache", [None, KVCache(), KVCache(16), SlidingWindowCache(4, 1)])
 def test_a_forward_checks_at_its_door_and_nothing_it_calls_checks_again(cache):
     torch.manual_seed(0)
-    module = MultiHeadSelfAttention(16, 4, num_kv_heads=2, causal=True, rope=True, sink="learned", gate="headwise")
+    module = MultiHeadSelfAttention(
+        16, 4, num_kv_heads=2, causal=True, rope=RotaryEmbedding(4), sink="learned", gate="headwise"
+    )
     x = torch.randn(2, 3, 16)
     if cache is not None:
         module(x, cache=cache)  # keys held: the door's checks of the cache run in full

@@ -29,14 +29,16 @@ def positions(n: int) -> torch.Tensor:
 
 def decode(cache_factory, **options):
     """Two steps through a module with a cache, on meta: the prompt, then one token."""
-    module = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True, device=META, **options)
+    module = mh.MultiHeadSelfAttention(
+        8, 2, causal=True, rope=mh.RotaryEmbedding(4, device=META), device=META, **options
+    )
     cache = cache_factory()
     module(meta(1, 3, 8), cache=cache)
     return module(meta(1, 1, 8), cache=cache)
 
 
 def sliding_step(rope_positions):
-    module = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True, device=META)
+    module = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=mh.RotaryEmbedding(4, device=META), device=META)
     cache = SlidingWindowCache(2, 1, rope_positions=rope_positions)
     module(meta(1, 3, 8), cache=cache, mask=cache.mask_for(3, device=META))
     return module(meta(1, 2, 8), cache=cache, mask=cache.mask_for(2))
@@ -78,9 +80,9 @@ ENTRY_POINTS = {
     ),
     "sinusoidal_positions": lambda: mh.sinusoidal_positions(3, 8).to(META),
     "alibi_bias": lambda: long_context.alibi_bias(4, 2, 3, device=META),
-    "MultiHeadSelfAttention": lambda: mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True, device=META)(
-        meta(2, 3, 8), mask=meta(2, 1, 1, 3, dtype=torch.bool), token_positions=positions(3)
-    ),
+    "MultiHeadSelfAttention": lambda: mh.MultiHeadSelfAttention(
+        8, 2, causal=True, rope=mh.RotaryEmbedding(4, device=META), device=META
+    )(meta(2, 3, 8), mask=meta(2, 1, 1, 3, dtype=torch.bool), token_positions=positions(3)),
     "MultiHeadSelfAttention-weights": lambda: mh.MultiHeadSelfAttention(8, 2, num_kv_heads=1, device=META)(
         meta(2, 3, 8), need_weights=True
     )[1],

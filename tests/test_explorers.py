@@ -25,7 +25,7 @@ import torch
 from matplotlib.figure import Figure
 from PIL import Image
 
-from mhsa_helpers import MultiHeadSelfAttention
+from mhsa_helpers import MultiHeadSelfAttention, RotaryEmbedding
 from mhsa_helpers.examples import TELESCOPE_SENTENCE, money_bank_grows, sentence_embeddings
 from mhsa_helpers.lessons import LESSONS
 from mhsa_helpers.lessons.causal_masking import masking_explorer
@@ -581,7 +581,11 @@ def test_mhsa_weights_equal_the_module_for_each_setting():
         explorer.update(**settings)
         v = explorer.values()
         _, _, expected, output = module_weights(
-            16, v["num_heads"], v["seq_len"], causal=v["causal"], rope=v["rope"], rope_base=v["base"], max_seq_len=8
+            16,
+            v["num_heads"],
+            v["seq_len"],
+            causal=v["causal"],
+            rope=RotaryEmbedding(16 // v["num_heads"], 8, v["base"]) if v["rope"] else None,
         )
         np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(explorer.data["output"], output, rtol=1e-6, atol=1e-6)

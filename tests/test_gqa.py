@@ -90,7 +90,9 @@ def test_one_kv_head_per_query_head_is_todays_module():
 @pytest.mark.parametrize("num_kv_heads", [1, 2])
 def test_functional_form_equals_the_module(num_kv_heads):
     torch.manual_seed(4)
-    module = MultiHeadSelfAttention(D_MODEL, HEADS, num_kv_heads=num_kv_heads, causal=True, rope=True).double()
+    module = MultiHeadSelfAttention(
+        D_MODEL, HEADS, num_kv_heads=num_kv_heads, causal=True, rope=RotaryEmbedding(D_MODEL // HEADS)
+    ).double()
     x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
     bias = module.qkv_proj.bias
     kv_dim = num_kv_heads * D_HEAD
@@ -113,7 +115,9 @@ def test_functional_form_equals_the_module(num_kv_heads):
 @pytest.mark.parametrize("capacity", [None, 16])
 def test_decoding_with_a_grouped_cache_equals_the_full_pass(capacity):
     torch.manual_seed(5)
-    module = MultiHeadSelfAttention(D_MODEL, HEADS, num_kv_heads=2, causal=True, rope=True).eval()
+    module = MultiHeadSelfAttention(
+        D_MODEL, HEADS, num_kv_heads=2, causal=True, rope=RotaryEmbedding(D_MODEL // HEADS)
+    ).eval()
     x = torch.randn(2, 9, D_MODEL)
     full = module(x)
     cache = KVCache(capacity=capacity)

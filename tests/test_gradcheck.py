@@ -76,7 +76,7 @@ def test_gradcheck_rotary_embedding(convention):
 
 def _module():
     torch.manual_seed(4)
-    return MultiHeadSelfAttention(8, 2, causal=True, rope=True, max_seq_len=16, dtype=F64).double()
+    return MultiHeadSelfAttention(8, 2, causal=True, rope=RotaryEmbedding(4, max_seq_len=16), dtype=F64).double()
 
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fast-path", "weights-path"])

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mhsa_helpers import KVCache, MultiHeadSelfAttention, causal_mask, scaled_dot_product_attention
+from mhsa_helpers import KVCache, MultiHeadSelfAttention, RotaryEmbedding, causal_mask, scaled_dot_product_attention
 
 SEEDS = st.integers(0, 2**31 - 1)
 F64 = torch.float64
@@ -21,9 +21,7 @@ def _module(seed, *, rope, convention="interleaved", num_heads=2, d_head=4, max_
         num_heads * d_head,
         num_heads,
         causal=True,
-        rope=rope,
-        rope_convention=convention,
-        max_seq_len=max_seq_len,
+        rope=RotaryEmbedding(d_head, max_seq_len, convention=convention) if rope else None,
         dtype=F64,
     ).eval()
 
@@ -200,7 +198,7 @@ def test_causal_offset_mask_and_is_causal_against_hand_built(seq_q, past, seed):
 @pytest.mark.parametrize("rope", [False, True])
 def test_preallocated_cache_gives_the_concatenating_caches_outputs(rope):
     torch.manual_seed(11)
-    module = MultiHeadSelfAttention(16, 4, causal=True, rope=rope).eval()
+    module = MultiHeadSelfAttention(16, 4, causal=True, rope=RotaryEmbedding(4) if rope else None).eval()
     x = torch.randn(2, 10, 16)
     growing, fixed = KVCache(), KVCache(capacity=12)
     with torch.no_grad():
@@ -249,7 +247,7 @@ def test_sliding_window_decoding_equals_the_full_pass_with_the_window_mask(windo
     from mhsa_helpers.long_context import sliding_window_mask
 
     torch.manual_seed(13)
-    module = MultiHeadSelfAttention(16, 4, num_kv_heads=2, causal=True, rope=True).eval()
+    module = MultiHeadSelfAttention(16, 4, num_kv_heads=2, causal=True, rope=RotaryEmbedding(4)).eval()
     x = torch.randn(2, 12, 16)
     full = module(x, mask=sliding_window_mask(12, window=window, sinks=sinks))
     cache = SlidingWindowCache(window, sinks=sinks)

@@ -301,9 +301,7 @@ def module_and_input(draw, causal=True):
         num_heads * d_head,
         num_heads,
         causal=causal,
-        rope=rope,
-        rope_convention=convention,
-        max_seq_len=16,
+        rope=RotaryEmbedding(d_head, 16, convention=convention) if rope else None,
         dtype=F64,
     ).eval()
     x = torch.randn(batch, seq, num_heads * d_head, dtype=F64)
@@ -376,7 +374,7 @@ class _CountingSDPA:
 )
 def test_module_fast_path_calls_torch_sdpa(monkeypatch, dropout, training, need_weights, expected_calls):
     torch.manual_seed(0)
-    module = MultiHeadSelfAttention(8, 2, causal=True, rope=True, dropout=dropout).train(training)
+    module = MultiHeadSelfAttention(8, 2, causal=True, rope=RotaryEmbedding(4), dropout=dropout).train(training)
     x = torch.randn(2, 5, 8)
     expected = module.eval()(x) if not training else None
     module.train(training)
@@ -424,7 +422,7 @@ def test_dropout_eval_is_deterministic_and_train_rescales():
 def test_rope_module_equals_reference_rotation_of_q_and_k():
     """With RoPE on, scores are rope(q) . rope(k); values are not rotated."""
     torch.manual_seed(5)
-    module = MultiHeadSelfAttention(8, 2, rope=True, causal=True, max_seq_len=32, dtype=F64)
+    module = MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4, max_seq_len=32), causal=True, dtype=F64)
     x = torch.randn(2, 6, 8, dtype=F64)
     positions = torch.arange(10, 16)
     q, k, v = (
@@ -470,7 +468,9 @@ def _hand_half_split_rope(x, positions):
 def test_module_and_rope_on_default_device():
     device = mhsa_helpers.default_device()
     torch.manual_seed(6)
-    cpu_module = MultiHeadSelfAttention(8, 2, causal=True, rope=True, rope_convention="half_split", max_seq_len=16)
+    cpu_module = MultiHeadSelfAttention(
+        8, 2, causal=True, rope=RotaryEmbedding(4, max_seq_len=16, convention="half_split")
+    )
     x = torch.randn(2, 5, 8)
     # Expected output from the formula, in float64 on the CPU.
     with torch.no_grad():
@@ -484,7 +484,11 @@ def test_module_and_rope_on_default_device():
         heads = mhsa_helpers.merge_heads(torch.softmax(scores, dim=-1) @ v)
         expected = (heads @ cpu_module.o_weight.double().T + cpu_module.out_proj.bias.double()).float()
     module = MultiHeadSelfAttention(
-        8, 2, causal=True, rope=True, rope_convention="half_split", max_seq_len=16, device=device
+        8,
+        2,
+        causal=True,
+        rope=RotaryEmbedding(4, max_seq_len=16, convention="half_split", device=device),
+        device=device,
     )
     module.load_state_dict(cpu_module.state_dict())
     assert module.qkv_proj.weight.device.type == device.type

@@ -34,18 +34,20 @@ def _recipe(block, attention, x, **call):
 
 
 SETTINGS = [
-    ({}, {"causal": True, "rope": True, "rope_base": 10000.0}),
-    ({"causal": False}, {"causal": False, "rope": True, "rope_base": 10000.0}),
-    ({"rope": False}, {"causal": True, "rope": False}),
-    ({"rope_base": 50.0}, {"causal": True, "rope": True, "rope_base": 50.0}),
-    ({"causal": False, "rope": False}, {"causal": False, "rope": False}),
+    ({}, {"causal": True, "rope_base": 10000.0}),
+    ({"causal": False}, {"causal": False, "rope_base": 10000.0}),
+    ({"rope": False}, {"causal": True, "rope_base": None}),
+    ({"rope_base": 50.0}, {"causal": True, "rope_base": 50.0}),
+    ({"causal": False, "rope": False}, {"causal": False, "rope_base": None}),
 ]
 
 
 @pytest.mark.parametrize(("block_kwargs", "attention_kwargs"), SETTINGS, ids=lambda s: str(s))
 def test_block_is_the_recipe_around_an_attention_with_its_settings(block_kwargs, attention_kwargs):
     block = _block(**block_kwargs)
-    attention = mh.MultiHeadSelfAttention(16, 2, **attention_kwargs)
+    causal, base = attention_kwargs["causal"], attention_kwargs["rope_base"]
+    rope = None if base is None else mh.RotaryEmbedding(8, base=base)
+    attention = mh.MultiHeadSelfAttention(16, 2, causal=causal, rope=rope)
     x = torch.randn(2, 7, 16)
     positions = torch.tensor([0, 3, 4, 9, 30, 31, 200])
     with torch.no_grad():

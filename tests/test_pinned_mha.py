@@ -25,16 +25,16 @@ def test_rope_needs_an_even_d_head_and_says_where_it_comes_from():
         "d_head = d_model // num_heads must be even for RoPE (dimensions are rotated in pairs), "
         "got d_head=3 from d_model=6, num_heads=2",
     ):
-        MultiHeadSelfAttention(6, 2, rope=True)
+        MultiHeadSelfAttention(6, 2, rope=RotaryEmbedding(2))  # no RotaryEmbedding fits: 3 is odd
 
 
 def test_token_positions_messages():
     x = torch.zeros(2, 4, 8)
     with raises(TypeError, "token_positions must be a torch.Tensor, got list"):
-        MultiHeadSelfAttention(8, 2, rope=True)(x, token_positions=[0, 1, 2, 3])
+        MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4))(x, token_positions=[0, 1, 2, 3])
     with raises(
         ValueError,
-        "token_positions are RoPE positions, but RoPE is off: enable it (rope=True, or rope=a RotaryEmbedding) "
+        "token_positions are RoPE positions, but RoPE is off: enable it (rope=a RotaryEmbedding) "
         "or drop them; got token_positions of shape (4,)",
     ):
         MultiHeadSelfAttention(8, 2)(x, token_positions=torch.arange(4))
@@ -44,13 +44,13 @@ def test_token_positions_messages():
         "query its slot in the cache; got token_positions of shape (4,); use rope_positions='original' to rotate "
         "by positions you choose",
     ):
-        MultiHeadSelfAttention(8, 2, rope=True)(
+        MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4))(
             x, token_positions=torch.arange(4), cache=SlidingWindowCache(8, rope_positions="cache")
         )
     with raises(ValueError, "token_positions must be broadcastable to x.shape[:-1] = (2, 4), got shape (3, 4)"):
-        MultiHeadSelfAttention(8, 2, rope=True)(x, token_positions=torch.zeros(3, 4, dtype=torch.int64))
+        MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4))(x, token_positions=torch.zeros(3, 4, dtype=torch.int64))
     with raises(TypeError, "token_positions must be an integer tensor, got dtype torch.float32"):
-        MultiHeadSelfAttention(8, 2, rope=True)(x, token_positions=torch.arange(4.0))
+        MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4))(x, token_positions=torch.arange(4.0))
 
 
 @pytest.mark.parametrize(
@@ -61,11 +61,6 @@ def test_token_positions_messages():
         ({"d_in": 0}, ValueError, "d_in must be >= 1, got 0"),
         ({"d_out": 0}, ValueError, "d_out must be >= 1, got 0"),
         ({"dropout": 1.0}, ValueError, "dropout must be in [0, 1), got dropout=1.0"),
-        (
-            {"rope_convention": "neox"},
-            ValueError,
-            "rope_convention must be one of 'interleaved', 'half_split', got 'neox'",
-        ),
     ],
 )
 def test_constructor_messages_name_the_argument(kwargs, kind, message):
@@ -75,7 +70,7 @@ def test_constructor_messages_name_the_argument(kwargs, kind, message):
 
 
 def test_rope_caches_2048_positions_by_default():
-    module = MultiHeadSelfAttention(8, 2, rope=True)
+    module = MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4))
     assert module.rope is not None and module.rope.max_seq_len == 2048
     x = torch.zeros(1, 1, 8)
     module(x, token_positions=torch.tensor([2047]))
@@ -149,7 +144,9 @@ def test_functional_bias_sizes(name, size):
 
 
 def test_functional_rope_argument_messages():
-    with raises(TypeError, "rope must be a RotaryEmbedding, got float"):
+    with raises(
+        TypeError, "rope must be a RotaryEmbedding, e.g. rope=RotaryEmbedding(4) for heads of d_head=4, got float"
+    ):
         _functional(rope=10000.0)
     with raises(
         ValueError, "rope must rotate heads of d_head = d_model // num_heads = 4, got a RotaryEmbedding of d_head=8"
@@ -190,7 +187,7 @@ def test_functional_uses_its_mask_and_rope_like_the_module():
     torch.testing.assert_close(masked, module(x, mask=mask))
     assert not torch.allclose(masked, module(x))
     for convention in ("interleaved", "half_split"):
-        module = MultiHeadSelfAttention(8, 2, rope=True, rope_convention=convention)
+        module = MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(4, convention=convention))
         got = multi_head_self_attention(x, AttentionWeights.of(module), num_heads=2, rope=module.rope)
         torch.testing.assert_close(got, module(x))
 
@@ -211,7 +208,7 @@ def test_an_unbatched_input_streams_through_a_cache_of_slots_like_a_batch_of_one
     # With rope_positions="cache" the keys are rotated by their slot, counted along the keys' sequence axis,
     # which is axis -2 whether or not there is a batch axis.
     torch.manual_seed(0)
-    attn = MultiHeadSelfAttention(8, 2, causal=True, rope=True).eval()
+    attn = MultiHeadSelfAttention(8, 2, causal=True, rope=RotaryEmbedding(4)).eval()
     x = torch.randn(6, 8)
     batched, unbatched = (SlidingWindowCache(window=3, sinks=1, rope_positions="cache") for _ in range(2))
     for t in range(6):  # one token at a time, past the window: 1, 2, 3, 3, 3, 3 keys held
@@ -223,14 +220,21 @@ def test_rope_may_be_a_rotary_embedding_the_module_shares():
     torch.manual_seed(0)
     shared = RotaryEmbedding(4, 16, 500.0, "half_split")
     given = MultiHeadSelfAttention(8, 2, causal=True, rope=shared)
-    built = MultiHeadSelfAttention(8, 2, causal=True, rope=True, rope_base=500.0, rope_convention="half_split")
+    built = MultiHeadSelfAttention(8, 2, causal=True, rope=RotaryEmbedding(4, base=500.0, convention="half_split"))
     built.load_state_dict(given.state_dict())
-    assert given.rope is shared and MultiHeadSelfAttention(8, 2, rope=False).rope is None
+    assert given.rope is shared and MultiHeadSelfAttention(8, 2).rope is None
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(given(x), built(x))
     with raises(
         ValueError, "rope must rotate heads of d_head = d_model // num_heads = 4, got a RotaryEmbedding of d_head=8"
     ):
         MultiHeadSelfAttention(8, 2, rope=RotaryEmbedding(8))
-    with raises(TypeError, "rope must be True, False or a RotaryEmbedding, got str"):
+    with raises(
+        TypeError, "rope must be None or a RotaryEmbedding, e.g. rope=RotaryEmbedding(4) for heads of d_head=4, got str"
+    ):
         MultiHeadSelfAttention(8, 2, rope="yes")
+    with raises(
+        TypeError,
+        "rope must be None or a RotaryEmbedding, e.g. rope=RotaryEmbedding(4) for heads of d_head=4, got bool",
+    ):
+        MultiHeadSelfAttention(8, 2, rope=True)  # the settings live in the RotaryEmbedding, not in the module

@@ -203,10 +203,13 @@ def test_module_outputs_agree_after_permuting_wq_wk(source, target):
     w_q, w_k, w_v, w_o = (torch.randn(d_model, d_model, generator=gen, dtype=torch.float64) for _ in range(4))
     b_q, b_k, b_v = (torch.randn(d_model, generator=gen, dtype=torch.float64) for _ in range(3))
     x = torch.randn(3, seq, d_model, generator=gen, dtype=torch.float64)
-    options = {"num_heads": num_heads, "layout": "out_in", "causal": True, "rope": True, "max_seq_len": 16}
+    options = {"num_heads": num_heads, "layout": "out_in", "causal": True}
+
+    def rotary(convention):
+        return RotaryEmbedding(d_head, 16, convention=convention)
 
     original = from_projection_weights(
-        w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope_convention=source, **options
+        w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope=rotary(source), **options
     )
     converted = from_projection_weights(
         permute_rope_weight(w_q, num_heads, source, target),
@@ -216,11 +219,11 @@ def test_module_outputs_agree_after_permuting_wq_wk(source, target):
         q_bias=permute_rope_weight(b_q, num_heads, source, target),
         k_bias=permute_rope_weight(b_k, num_heads, source, target),
         v_bias=b_v,
-        rope_convention=target,
+        rope=rotary(target),
         **options,
     )
     mixed = from_projection_weights(
-        w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope_convention=target, **options
+        w_q, w_k, w_v, w_o, q_bias=b_q, k_bias=b_k, v_bias=b_v, rope=rotary(target), **options
     )
     expected, expected_weights = original(x, need_weights=True)
     out, weights = converted(x, need_weights=True)

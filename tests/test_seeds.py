@@ -566,11 +566,8 @@ def test_seed003_matches_functional_and_module(theta):
         o,
         num_heads=HEADS,
         layout="out_in",
-        rope=True,
+        rope=RotaryEmbedding(D_MODEL // HEADS, MAX_SEQ, theta, "interleaved"),
         causal=True,
-        rope_base=theta,
-        rope_convention="interleaved",
-        max_seq_len=MAX_SEQ,
     )
     out, weights = module(x, token_positions=positions, need_weights=True)
     assert_close(out, expected)
@@ -610,10 +607,8 @@ def test_seed003_per_example_positions_quirk():
         o,
         num_heads=HEADS,
         layout="out_in",
-        rope=True,
+        rope=RotaryEmbedding(D_MODEL // HEADS, MAX_SEQ, theta),
         causal=True,
-        rope_base=theta,
-        max_seq_len=MAX_SEQ,
     )
     out, weights = module(x, token_positions=positions, need_weights=True)
     assert_close(out, expected)

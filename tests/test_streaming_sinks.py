@@ -24,9 +24,7 @@ def make_layer(num_kv_heads: int | None = None, convention: str = "interleaved",
         4,
         num_kv_heads=num_kv_heads,
         causal=True,
-        rope=True,
-        rope_convention=convention,
-        max_seq_len=max_seq_len,
+        rope=RotaryEmbedding(4, max_seq_len=max_seq_len, convention=convention),
     ).eval()
 
 
@@ -161,7 +159,7 @@ def test_keys_moved_down_are_rotated_back_without_a_scalings_magnitude_again():
     rotated, not scaled a second time, so a long stream holds keys of the same length as a fresh rotation's."""
     scaling = RopeScaling("yarn", 4.0, 16)
     torch.manual_seed(0)
-    layer = MultiHeadSelfAttention(16, 4, causal=True, rope=True, max_seq_len=64).eval()
+    layer = MultiHeadSelfAttention(16, 4, causal=True, rope=RotaryEmbedding(4, max_seq_len=64)).eval()
     layer.rope = RotaryEmbedding(4, 64, scaling=scaling)
     x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(8))
     cache = SlidingWindowCache(3, 1, rope_positions="cache")

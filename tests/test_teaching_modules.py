@@ -95,7 +95,7 @@ class WoIdentity(WithoutWk):
     ids=["not-a-module", "no-w_k", "w_o-identity"],
 )
 def test_loading_the_packages_weights_refuses_a_module_it_cannot_fill_word_for_word(mine, error, message):
-    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True)
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=mh.RotaryEmbedding(4))
     with pytest.raises(error) as refused:
         load_package_weights(mine, theirs)
     assert str(refused.value) == message
@@ -105,7 +105,13 @@ def test_loading_the_packages_weights_refuses_a_module_it_cannot_fill_word_for_w
 def test_the_right_recipe_is_the_packages_module_full_with_weights_and_in_chunks(causal, bias, d_in):
     torch.manual_seed(3)
     theirs = mh.MultiHeadSelfAttention(
-        12, 3, d_in=d_in, causal=causal, rope=causal, rope_base=100.0, qkv_bias=bias, out_bias=bias
+        12,
+        3,
+        d_in=d_in,
+        causal=causal,
+        rope=mh.RotaryEmbedding(4, base=100.0) if causal else None,
+        qkv_bias=bias,
+        out_bias=bias,
     ).double()
     params, recipe = package_parameters(theirs), replace(RIGHT, causal=causal, rope=causal, rope_base=100.0)
     x = torch.randn(2, 7, d_in, dtype=torch.float64)
@@ -176,7 +182,7 @@ def test_a_recipe_with_a_wrong_step_computes_what_a_module_with_that_slip_comput
     """Whole, and fed through one cache in chunks of 3, 2 and 1 (K·Qᵀ only whole: its shapes need every key to
     be a query)."""
     torch.manual_seed(5)
-    theirs = mh.MultiHeadSelfAttention(12, 3, causal=True, rope=True, rope_base=100.0).double()
+    theirs = mh.MultiHeadSelfAttention(12, 3, causal=True, rope=mh.RotaryEmbedding(4, base=100.0)).double()
     for parameter in theirs.parameters():  # random biases too
         torch.nn.init.normal_(parameter, std=0.4)
     mine = load_package_weights(causal_module(**slips)(12, 3, rope_base=100.0).double(), theirs)
@@ -210,7 +216,7 @@ def test_the_recipe_reads_only_the_packages_module():
 
 def test_run_call_feeds_chunks_through_one_cache_and_names_its_outputs():
     torch.manual_seed(0)
-    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True)
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=mh.RotaryEmbedding(4))
     x = torch.randn(1, 6, 8)
     call = Call("chunks", 1, 6, (3, 2, 1))
     got = run_call(theirs, x, call, mh.KVCache)

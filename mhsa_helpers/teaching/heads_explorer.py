@@ -19,6 +19,7 @@ import torch
 from ..checks import expect_int
 from ..examples import TELESCOPE_SENTENCE, sentence_embeddings
 from ..mha import MultiHeadSelfAttention
+from ..rope import RotaryEmbedding
 from .explorer import divisors, seeded
 
 __all__ = [
@@ -73,17 +74,24 @@ def heads_figsize(figsize: tuple[float, float], heads: int) -> tuple[float, floa
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_module(d_model: int, num_heads: int, options: tuple[tuple[str, Any], ...]) -> MultiHeadSelfAttention:
+def _cached_module(
+    d_model: int, num_heads: int, rope: tuple[float, int] | None, options: tuple[tuple[str, Any], ...]
+) -> MultiHeadSelfAttention:
+    rotary = None if rope is None else RotaryEmbedding(d_model // num_heads, max_seq_len=rope[1], base=rope[0])
     with seeded(MODEL_SEED):
-        module = MultiHeadSelfAttention(d_model, num_heads, **dict(options))
+        module = MultiHeadSelfAttention(d_model, num_heads, rope=rotary, **dict(options))
     return module.eval().requires_grad_(False)
 
 
-def seeded_module(d_model: int, num_heads: int, **options: Any) -> MultiHeadSelfAttention:
+def seeded_module(
+    d_model: int, num_heads: int, *, rope_base: float | None = None, rope_len: int = 2048, **options: Any
+) -> MultiHeadSelfAttention:
     """``MultiHeadSelfAttention(d_model, num_heads, **options)`` right after ``torch.manual_seed(MODEL_SEED)``,
-    in eval mode. Its parameters do not depend on ``num_heads``, causal or RoPE, so every
+    in eval mode, rotating with a ``RotaryEmbedding(d_head, rope_len, rope_base)`` unless ``rope_base`` is
+    ``None``. Its parameters do not depend on ``num_heads``, causal or RoPE, so every
     configuration splits the same projections differently."""
-    return _cached_module(d_model, num_heads, tuple(sorted(options.items())))
+    rope = None if rope_base is None else (rope_base, rope_len)
+    return _cached_module(d_model, num_heads, rope, tuple(sorted(options.items())))
 
 
 def expect_num_heads(name: str, num_heads: object, d_model: int, *, rope: bool = False) -> int:

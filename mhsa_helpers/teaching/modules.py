@@ -40,7 +40,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from .. import KVCache, MultiHeadSelfAttention
+from .. import KVCache, MultiHeadSelfAttention, RotaryEmbedding
 from .attention_recipe import RIGHT, Params, Recipe, attend, package_parameters
 from .checking import (
     AnswerRejected,
@@ -128,7 +128,7 @@ def _set_weights(mine: nn.Module, params: Params) -> None:
 
 
 def copy_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.Module:
-    """Copy the package's ``theirs`` (``rope=True`` with interleaved pairs, ``num_kv_heads == num_heads``)
+    """Copy the package's ``theirs`` (a ``RotaryEmbedding`` with interleaved pairs, ``num_kv_heads == num_heads``)
     into notebook 06's ``MyCausalSelfAttention`` ``mine`` and return ``mine``.
 
     ``theirs.q_weight`` goes to ``mine.w_q.weight``, ``k_weight`` to ``w_k``, ``v_weight`` to ``w_v``,
@@ -147,7 +147,8 @@ def copy_package_weights(mine: nn.Module, theirs: MultiHeadSelfAttention) -> nn.
         )
     if theirs.rope is None:
         raise ValueError(
-            "theirs has no RoPE (rope=False); MyCausalSelfAttention rotates q and k: build it with rope=True"
+            "theirs has no RoPE (rope=None); MyCausalSelfAttention rotates q and k: "
+            "build it with rope=mh.RotaryEmbedding(d_head)"
         )
     if theirs.rope.convention != "interleaved":
         raise ValueError(
@@ -276,8 +277,8 @@ class Contract:
         """The package module that computes what a right module of this contract computes at ``setting``."""
         return MultiHeadSelfAttention(
             setting.d_model, setting.num_heads, num_kv_heads=setting.kv_heads, d_in=setting.d_in,
-            qkv_bias=setting.bias, out_bias=setting.bias, causal=self.causal, rope=self.rope,
-            rope_base=setting.rope_base, max_seq_len=64,
+            qkv_bias=setting.bias, out_bias=setting.bias, causal=self.causal,
+            rope=RotaryEmbedding(setting.d_model // setting.num_heads, 64, setting.rope_base) if self.rope else None,
         )  # fmt: skip
 
 

@@ -77,7 +77,7 @@ class _MHSAExplorer(Explorer):
         heads, n, rope, causal = values["num_heads"], values["seq_len"], bool(values["rope"]), bool(values["causal"])
         base = float(values["base"])
         module = seeded_module(
-            self.d_model, heads, causal=causal, rope=rope, rope_base=base, max_seq_len=len(self.tokens)
+            self.d_model, heads, causal=causal, rope_base=base if rope else None, rope_len=len(self.tokens)
         )
         with torch.no_grad():
             output, weights = module(self.inputs[:n], need_weights=True)

@@ -28,7 +28,15 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ... import KVCache, MultiHeadSelfAttention, causal_mask, merge_heads, scaled_dot_product_attention, split_heads
+from ... import (
+    KVCache,
+    MultiHeadSelfAttention,
+    RotaryEmbedding,
+    causal_mask,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+)
 from ...rope import apply_rotary
 from ...teaching.checking import (
     AnswerRejected,
@@ -582,11 +590,9 @@ def _package(size: _Size, dtype: torch.dtype, plain: bool = False) -> MultiHeadS
     with torch.random.fork_rng(devices=[]):  # building draws initial weights: the notebook's generator stays as it was
         module = MultiHeadSelfAttention(
             size.d_model, size.num_heads, d_in=size.features, qkv_bias=size.bias, out_bias=size.bias, causal=True,
-            rope=True, rope_base=size.rope_base, max_seq_len=64, **options,
+            rope=RotaryEmbedding(size.d_model // size.num_heads, 64, size.rope_base), **options,
         )  # fmt: skip
-        full = MultiHeadSelfAttention(
-            size.d_model, size.num_heads, d_in=size.features, max_seq_len=8, sink="learned", gate="headwise"
-        )
+        full = MultiHeadSelfAttention(size.d_model, size.num_heads, d_in=size.features, sink="learned", gate="headwise")
     g = torch.Generator().manual_seed(size.seed)
     with torch.no_grad():
         # Every parameter drawn in one order, whatever `plain` and `bias` leave out, so that both modules agree.
@@ -1225,13 +1231,13 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
     (no value vector), and each head's output times ``sigmoid(w_g(x))`` of its head before ``w_o``.
 
     Built at three sizes (``d_in`` left out and given, biases off, two RoPE bases) and three drawn for the answer,
-    with the weights of a package ``MultiHeadSelfAttention(..., causal=True, rope=True, sink="learned",
-    gate="headwise")`` copied in (sinks non-zero and different per head, gate biases far from 0), it must give the
-    package's full pass, its output and weights with ``need_weights=True``, and its outputs decoded through a package
-    ``KVCache`` (a prompt of 2 tokens, then one at a time). First, the class it extends, built alone, must give the
-    package's plain attention: when it does not, the message sends the learner to notebook 06's exercise 4 instead
-    of blaming the new lines. A probe with every value zero names a sink that carries a value; a backward pass must
-    reach the sinks and the gate's weight."""
+    with the weights of a package ``MultiHeadSelfAttention(..., causal=True, rope=RotaryEmbedding(d_head),
+    sink="learned", gate="headwise")`` copied in (sinks non-zero and different per head, gate biases far from 0), it
+    must give the package's full pass, its output and weights with ``need_weights=True``, and its outputs decoded
+    through a package ``KVCache`` (a prompt of 2 tokens, then one at a time). First, the class it extends, built
+    alone, must give the package's plain attention: when it does not, the message sends the learner to notebook 06's
+    exercise 4 instead of blaming the new lines. A probe with every value zero names a sink that carries a value; a
+    backward pass must reach the sinks and the gate's weight."""
     if isinstance(learner, nn.Module):
         result = CheckResult(
             _EXERCISE,

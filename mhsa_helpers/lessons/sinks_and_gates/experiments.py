@@ -27,6 +27,7 @@ from torch import nn
 from ...checks import expect_int, expect_integer_tensor
 from ...mha import GATES, SINKS, MultiHeadSelfAttention
 from ...real_model import CausalLM, ChatTokenizer
+from ...rope import RotaryEmbedding
 from ...teaching.induction.scores import bos_score, induction_score, previous_token_score
 from ...teaching.induction.task import InductionBatch
 from ...teaching.induction.training import (
@@ -96,18 +97,10 @@ def attention_factory(config: InductionConfig, variant: Variant) -> Callable[[in
         raise TypeError(f"config must be an InductionConfig, got {type(config).__name__}")
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a Variant, got {type(variant).__name__}")
-    rope = config.positions == "rope"
 
     def attention(d_model: int, num_heads: int) -> MultiHeadSelfAttention:
-        return MultiHeadSelfAttention(
-            d_model,
-            num_heads,
-            causal=True,
-            rope=rope,
-            max_seq_len=config.seq_len,
-            sink=variant.sink,
-            gate=variant.gate,
-        )
+        rope = RotaryEmbedding(d_model // num_heads, config.seq_len) if config.positions == "rope" else None
+        return MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, sink=variant.sink, gate=variant.gate)
 
     return attention
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from ...checks import expect_divisible, expect_int
 from ...mha import MultiHeadSelfAttention
+from ...rope import RotaryEmbedding
 
 __all__ = ["POSITIONS", "AttentionOnlyTransformer", "output_projection"]
 
@@ -82,13 +83,13 @@ class AttentionOnlyTransformer(nn.Module):
         self.max_seq_len, self.positions = max_seq_len, positions
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos_embed = nn.Embedding(max_seq_len, d_model) if positions == "learned" else None
-        rope = positions == "rope"
+        d_head = d_model // num_heads
         #: True when the layers are ``attention``'s modules rather than the package's.
         self.custom_attention = attention is not None
         if attention is None:
+            rope = RotaryEmbedding(d_head, max_seq_len) if positions == "rope" else None  # one table, every layer
             layers: list[nn.Module] = [
-                MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope, max_seq_len=max_seq_len)
-                for _ in range(num_layers)
+                MultiHeadSelfAttention(d_model, num_heads, causal=True, rope=rope) for _ in range(num_layers)
             ]
         else:
             layers = [_build_attention(attention, d_model, num_heads) for _ in range(num_layers)]

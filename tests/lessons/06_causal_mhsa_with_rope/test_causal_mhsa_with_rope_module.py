@@ -182,7 +182,7 @@ def test_a_module_that_writes_into_its_input_is_named():
 
 def test_copied_weights_give_the_package_output_full_and_cached():
     torch.manual_seed(1)
-    theirs = mh.MultiHeadSelfAttention(16, 4, d_in=8, causal=True, rope=True, rope_base=500.0)
+    theirs = mh.MultiHeadSelfAttention(16, 4, d_in=8, causal=True, rope=mh.RotaryEmbedding(4, base=500.0))
     mine = causal_module()(16, 4, d_in=8, rope_base=500.0)
     assert copy_package_weights(mine, theirs) is mine
     torch.testing.assert_close(mine.w_k.weight, theirs.k_weight)
@@ -196,7 +196,7 @@ def test_copied_weights_give_the_package_output_full_and_cached():
 
 
 def test_a_package_module_without_biases_zeroes_the_learners():
-    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True, qkv_bias=False, out_bias=False)
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=mh.RotaryEmbedding(4), qkv_bias=False, out_bias=False)
     mine = copy_package_weights(causal_module()(8, 2), theirs)
     assert all(float(getattr(mine, name).bias.detach().abs().sum()) == 0 for name in ("w_q", "w_k", "w_v", "w_o"))
     x = torch.randn(1, 5, 8)
@@ -207,39 +207,40 @@ def test_a_package_module_without_biases_zeroes_the_learners():
     ("theirs", "mine", "words"),
     [
         (
-            lambda: mh.MultiHeadSelfAttention(8, 4, num_kv_heads=2, rope=True),
+            lambda: mh.MultiHeadSelfAttention(8, 4, num_kv_heads=2, rope=mh.RotaryEmbedding(2)),
             lambda: causal_module()(8, 4),
             "theirs uses grouped-query attention (num_heads=4, num_kv_heads=2): its W_K and W_V have fewer rows than "
             "MyCausalSelfAttention's, one key/value head per query head. Notebook 11 loads such a model.",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=False),
+            lambda: mh.MultiHeadSelfAttention(8, 2),
             lambda: causal_module()(8, 2),
-            "theirs has no RoPE (rope=False); MyCausalSelfAttention rotates q and k: build it with rope=True",
+            "theirs has no RoPE (rope=None); MyCausalSelfAttention rotates q and k: "
+            "build it with rope=mh.RotaryEmbedding(d_head)",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=True, rope_convention="half_split"),
+            lambda: mh.MultiHeadSelfAttention(8, 2, rope=mh.RotaryEmbedding(4, convention="half_split")),
             lambda: causal_module()(8, 2),
             "theirs rotates 'half_split' pairs; MyCausalSelfAttention rotates interleaved pairs (2i, 2i+1): convert "
             "the rows of W_Q and W_K with mh.permute_rope_weight first",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=True),
+            lambda: mh.MultiHeadSelfAttention(8, 2, rope=mh.RotaryEmbedding(4)),
             lambda: causal_module()(8, 4),
             "mine.num_heads is 4, theirs.num_heads is 2",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=True, rope_base=100.0),
+            lambda: mh.MultiHeadSelfAttention(8, 2, rope=mh.RotaryEmbedding(4, base=100.0)),
             lambda: causal_module()(8, 2),
             "mine.rope_base is 10000.0, theirs rotates with base 100.0",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=True),
+            lambda: mh.MultiHeadSelfAttention(8, 2, rope=mh.RotaryEmbedding(4)),
             lambda: causal_module()(8, 2, d_in=4),
             "mine.w_q.weight has shape (8, 4), the package's has (8, 8) (nn.Linear(in_features=8, out_features=8))",
         ),
         (
-            lambda: mh.MultiHeadSelfAttention(8, 2, rope=True),
+            lambda: mh.MultiHeadSelfAttention(8, 2, rope=mh.RotaryEmbedding(4)),
             lambda: causal_module()(8, 2, bias=False),
             "mine.w_q has no bias but the package's module has one: build it with bias=True",
         ),
@@ -267,7 +268,7 @@ def test_copy_package_weights_takes_the_packages_heads_and_base_for_a_module_tha
             super().__init__(d_model, num_heads, **kwargs)
             del self.num_heads, self.rope_base  # the weights' shapes are all copy_package_weights reads then
 
-    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=True, rope_base=100.0)
+    theirs = mh.MultiHeadSelfAttention(8, 2, causal=True, rope=mh.RotaryEmbedding(4, base=100.0))
     mine = copy_package_weights(Forgetful(8, 2), theirs)
     torch.testing.assert_close(mine.w_q.weight, theirs.q_weight)
 

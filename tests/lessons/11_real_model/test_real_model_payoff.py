@@ -16,6 +16,7 @@ from mhsa_helpers.lessons.real_model import copy_loss, copying_test, load_model
 from mhsa_helpers.lessons.real_model.swap import YourAttention, copy_gqa_weights, with_attention
 from mhsa_helpers.mha import MultiHeadSelfAttention
 from mhsa_helpers.real_model import generate
+from mhsa_helpers.rope import RotaryEmbedding
 from mhsa_helpers.teaching.claims import ClaimError, claim
 from mhsa_helpers.teaching.modules import explained
 
@@ -29,7 +30,9 @@ def models():
 
 def small_gqa(bias: bool = True, seed: int = 0) -> MultiHeadSelfAttention:
     torch.manual_seed(seed)
-    theirs = MultiHeadSelfAttention(12, 6, num_kv_heads=2, causal=True, rope=True, qkv_bias=bias, out_bias=bias)
+    theirs = MultiHeadSelfAttention(
+        12, 6, num_kv_heads=2, causal=True, rope=RotaryEmbedding(2), qkv_bias=bias, out_bias=bias
+    )
     with torch.no_grad():
         for p in theirs.parameters():
             p.normal_()  # biases too: a bias copied to the wrong head must show

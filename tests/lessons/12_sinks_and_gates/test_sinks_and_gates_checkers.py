@@ -358,7 +358,9 @@ def test_the_right_module_is_accepted_and_gives_the_recipe_written_out_whole_and
         result.message == "[my_sink_gate_attention] correct on all 6 cases (3 given, 3 drawn at random for your code)."
     )
     torch.manual_seed(0)
-    theirs = mh.MultiHeadSelfAttention(12, 3, d_in=10, causal=True, rope=True, sink="learned", gate="headwise").double()
+    theirs = mh.MultiHeadSelfAttention(
+        12, 3, d_in=10, causal=True, rope=mh.RotaryEmbedding(4), sink="learned", gate="headwise"
+    ).double()
     with torch.no_grad():
         for parameter in theirs.parameters():
             parameter.add_(0.5 * torch.randn_like(parameter))  # sinks and the gate's bias away from 0
@@ -589,8 +591,9 @@ def test_a_module_made_from_the_class_or_by_the_package_is_told_so():
     assert "pass your class itself, MySinkGateAttention, not a module made from it" in message
 
     class Packaged(mh.MultiHeadSelfAttention):
-        def __init__(self, d_model, num_heads, *, bias=True, **kwargs):
-            super().__init__(d_model, num_heads, qkv_bias=bias, out_bias=bias, causal=True, rope=True,
+        def __init__(self, d_model, num_heads, *, bias=True, rope_base=10000.0, **kwargs):
+            rope = mh.RotaryEmbedding(d_model // num_heads, base=rope_base)
+            super().__init__(d_model, num_heads, qkv_bias=bias, out_bias=bias, causal=True, rope=rope,
                              sink="learned", gate="headwise", **kwargs)  # fmt: skip
 
     result = check_my_sink_gate_attention(Packaged, verbose=False)
