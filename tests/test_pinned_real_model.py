@@ -140,6 +140,8 @@ def test_the_loader_puts_every_tensor_of_the_file_where_it_belongs(tiny, convent
         assert block.attn.rope is model.rope  # one table for every layer
     assert model.rope.cos_cached.device.type == "cpu"
     assert all(p.device.type == "cpu" for p in model.parameters())
+    # Every matrix column-major (its transpose contiguous): the layout decoding multiplies fastest on a CPU.
+    assert all(p.t().is_contiguous() and not p.is_contiguous() for p in model.parameters() if p.ndim == 2)
     assert tokenizer.vocab_size == len(TOKENS)
 
 
