@@ -4,6 +4,7 @@ checks what its caller passed, and the public functions it then calls (``split_h
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections import Counter
@@ -20,14 +21,20 @@ from mhsa_helpers.kv_cache import KVCache, SlidingWindowCache
 CHECKS_FILE = sys.modules["mhsa_helpers.checks"].__file__
 
 
+def own_name(name: str) -> str:
+    """A function's name, also where mutation testing renamed it (``x_name__mutmut_3``, ``xǁClassǁf__mutmut_orig``)."""
+    renamed = re.fullmatch(r"(?:x_|xǁ\w+ǁ)(\w+?)__mutmut_\w+", name)
+    return name if renamed is None else renamed.group(1)
+
+
 def callers_of_the_checks(call) -> Counter[str]:
     """Which functions called into ``checks.py`` (its ``expect_*`` words) while ``call()`` ran, and how often."""
     callers: Counter[str] = Counter()
 
     def profile(frame, event, arg):
         code = frame.f_code
-        if event == "call" and code.co_filename == CHECKS_FILE and code.co_name.startswith("expect_"):
-            callers[frame.f_back.f_code.co_name] += 1
+        if event == "call" and code.co_filename == CHECKS_FILE and own_name(code.co_name).startswith("expect_"):
+            callers[own_name(frame.f_back.f_code.co_name)] += 1
 
     sys.setprofile(profile)
     try:
