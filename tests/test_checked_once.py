@@ -52,8 +52,12 @@ def only_the_door(callers: Counter[str], door: str) -> set[str]:
     return {name for name in callers if name != door and not name.startswith("expect_")}
 
 
-@pytest.mark.parametrize("cache", [None, KVCache(), KVCache(16), SlidingWindowCache(4, 1)])
-def test_a_forward_checks_at_its_door_and_nothing_it_calls_checks_again(cache):
+# Each case builds its cache: an instance in the parameters would keep its keys from one run of the tests to the next.
+@pytest.mark.parametrize(
+    "new_cache", [lambda: None, KVCache, lambda: KVCache(16), lambda: SlidingWindowCache(4, 1)], ids=range(4)
+)
+def test_a_forward_checks_at_its_door_and_nothing_it_calls_checks_again(new_cache):
+    cache = new_cache()
     torch.manual_seed(0)
     module = MultiHeadSelfAttention(
         16, 4, num_kv_heads=2, causal=True, rope=RotaryEmbedding(4), sink="learned", gate="headwise"
@@ -128,18 +132,20 @@ def test_another_thread_keeps_checking_while_a_forward_runs():
 
 
 @pytest.mark.parametrize(
-    ("cache", "fed", "message"),
+    ("new_cache", "fed", "message"),
     [
-        (KVCache(), 3, "mask must be broadcastable to (..., seq_q, seq_k) = (1, 4, 2, 5), got shape (2, 4)"),
+        (KVCache, 3, "mask must be broadcastable to (..., seq_q, seq_k) = (1, 4, 2, 5), got shape (2, 4)"),
         # a window of 3 after 6 tokens holds the keys of positions 4 and 5: 2 + 2 keys, not 6 + 2
         (
-            SlidingWindowCache(3),
+            lambda: SlidingWindowCache(3),
             6,
             "mask must be broadcastable to (..., seq_q, seq_k) = (1, 4, 2, 4), got shape (2, 8)",
         ),
     ],
+    ids=["kv-cache", "sliding-window"],
 )
-def test_the_door_checks_the_mask_against_the_keys_the_cache_holds(cache, fed, message):
+def test_the_door_checks_the_mask_against_the_keys_the_cache_holds(new_cache, fed, message):
+    cache = new_cache()
     module = MultiHeadSelfAttention(8, 4, causal=True)
     module(torch.randn(1, fed, 8), cache=cache)
     wrong = torch.ones(2, 4 if fed == 3 else 8, dtype=torch.bool)
