@@ -41,7 +41,7 @@ from .checks import (
 )
 from .heads import merge_heads, repeat_kv, split_heads
 from .kv_cache import KVCache, expect_cache
-from .rope import RotaryEmbedding, apply_rotary, expect_even_d_head, expect_positions_below
+from .rope import RotaryEmbedding, apply_rotary, expect_even_d_head
 
 __all__ = ["GATES", "SINKS", "AttentionWeights", "MultiHeadSelfAttention", "multi_head_self_attention"]
 
@@ -282,9 +282,7 @@ def multi_head_self_attention(
     kv_heads = expect_weights(weights, x, expect_int("num_heads", num_heads), num_kv_heads)
     if rope is not None:
         expect_rope_for(rope, weights.q.shape[0] // num_heads)
-    expect_token_positions(token_positions, x, rope_on=rope is not None)
-    if rope is not None:
-        expect_positions_below(token_positions, rope.max_seq_len, 0, x.shape[-2] - 1)
+    expect_token_positions(token_positions, x, rope_on=rope is not None)  # their range: rope.angles_at / angles_for
     if mask is not None:
         expect_mask(
             "mask", mask, (*x.shape[:-2], num_heads, x.shape[-2], x.shape[-2]), "(..., heads, seq, seq_k)", x.device

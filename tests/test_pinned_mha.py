@@ -154,6 +154,18 @@ def test_functional_rope_argument_messages():
         _functional(rope=RotaryEmbedding(8))
 
 
+def test_functional_door_messages_name_the_argument():
+    with raises(TypeError, "num_heads must be an int, got float 2.0 (expected >= 1)"):
+        _functional(num_heads=2.0)
+    with raises(ValueError, "mask must be broadcastable to (..., heads, seq, seq_k) = (1, 2, 3, 3), got shape (2, 4)"):
+        _functional(mask=torch.ones(2, 4, dtype=torch.bool))
+    with raises(
+        ValueError,
+        "mask must be on the device of the tensors it masks (cpu), got device meta; move it with .to('cpu')",
+    ):
+        _functional(mask=torch.ones(3, 3, dtype=torch.bool, device="meta"))
+
+
 def test_functional_positions_must_lie_below_the_tables_length():
     message = (
         "token_positions must lie in [0, max_seq_len - 1] = [0, 1], got values from 0 to 2; "
