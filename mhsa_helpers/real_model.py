@@ -328,11 +328,7 @@ def load_smollm2(
     model = CausalLM(config, rope_convention=rope_convention, device="meta")
 
     def weight(name: str) -> torch.Tensor:
-        w = torch.from_numpy(tensors[name])
-        # A matrix is kept column-major (W.T contiguous): the same values and shape, but the CPU's matrix library
-        # multiplies one row of activations by it about 1.2x faster, and decoding is nothing but such products
-        # (benchmarks/bench_real_model.py measures the whole step).
-        return w.t().contiguous().t() if w.ndim == 2 else w
+        return torch.from_numpy(tensors[name])
 
     def attention_row_order(w: torch.Tensor, heads: int) -> torch.Tensor:
         if rope_convention == "interleaved":
@@ -344,16 +340,20 @@ def load_smollm2(
     for i in range(config.num_layers):
         q = attention_row_order(weight(f"blk.{i}.attn_q.weight"), config.num_heads)
         k = attention_row_order(weight(f"blk.{i}.attn_k.weight"), config.num_kv_heads)
-        qkv = torch.cat((q.t(), k.t(), weight(f"blk.{i}.attn_v.weight").t()), dim=1).t()  # column-major too
         state |= {
             f"blocks.{i}.attn_norm.weight": weight(f"blk.{i}.attn_norm.weight"),
-            f"blocks.{i}.attn.qkv_proj.weight": qkv,
+            f"blocks.{i}.attn.qkv_proj.weight": torch.cat((q, k, weight(f"blk.{i}.attn_v.weight"))),
             f"blocks.{i}.attn.out_proj.weight": weight(f"blk.{i}.attn_output.weight"),
             f"blocks.{i}.mlp_norm.weight": weight(f"blk.{i}.ffn_norm.weight"),
             f"blocks.{i}.mlp.gate.weight": weight(f"blk.{i}.ffn_gate.weight"),
             f"blocks.{i}.mlp.up.weight": weight(f"blk.{i}.ffn_up.weight"),
             f"blocks.{i}.mlp.down.weight": weight(f"blk.{i}.ffn_down.weight"),
         }
+    # Every matrix kept column-major (W.T contiguous), each once (the embedding is also the output layer): the same
+    # values and shapes, but the CPU's matrix library multiplies one row of activations by it about 1.2x faster,
+    # and decoding is nothing but such products (benchmarks/bench_real_model.py measures the whole step).
+    column_major = {id(w): w.t().contiguous().t() for w in state.values() if w.ndim == 2}
+    state = {name: column_major.get(id(w), w) for name, w in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     model.lm_head.weight = model.embed.weight  # one matrix, as in the file (assign made two parameters)
     return model.eval(), ChatTokenizer(metadata)
