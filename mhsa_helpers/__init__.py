@@ -41,6 +41,7 @@ from .masking import (
     sliding_window_mask,
 )
 from .mha import AttentionWeights, MultiHeadSelfAttention, multi_head_self_attention
+from .mla import LatentCache, MultiHeadLatentAttention
 from .positions import sinusoidal_positions
 from .rope import RotaryEmbedding, apply_rotary, rope_frequencies
 from .softmax import softmax
@@ -58,6 +59,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionWeights",
     "KVCache",
+    "LatentCache",
+    "MultiHeadLatentAttention",
     "MultiHeadSelfAttention",
     "RotaryEmbedding",
     "SlidingWindowCache",
