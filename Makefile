@@ -16,6 +16,7 @@
 #   make bench-gpu        the real model on a GPU: host synchronisations per decoded token, decoding vs transformers
 #   make bench-sinks      notebook 12: what a sink logit and an output gate cost, fused and explicit paths
 #   make bench-checks     notebook 06's module against the same steps bare: what the argument checks cost
+#   make bench-mla        notebook 13: latent attention's absorbed and materialised paths, per decoding step and prompt
 #   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
 #   make clean      remove build artefacts and caches (distclean: also .venv)
@@ -56,7 +57,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model bench-gpu bench-sinks bench-checks mutate mutation-report \
+	bench-model bench-gpu bench-sinks bench-checks bench-mla mutate mutation-report \
 	clean distclean FORCE
 
 help:
@@ -155,6 +156,9 @@ bench-sinks: setup
 
 bench-checks: setup
 	$(VENV_PY) benchmarks/bench_checks.py
+
+bench-mla: setup
+	$(VENV_PY) benchmarks/bench_mla.py
 
 # Not in CI (README, Contributing). One worker per core (mutmut's default; MUTANTS="--max-children 1"
 # on a shared machine), one thread each. Survivors: `.venv/bin/mutmut results`; the ones no test can

@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mhsa_helpers import LatentCache
 
 # benchmarks/ is a folder of scripts, not a package: its modules import each other by name.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import bench_mla
 import competitors as comp
 import harness
 
@@ -152,6 +156,28 @@ def test_bench_sinks_quick_mode_prints_both_paths_and_every_option():
         "gate='elementwise'",
     ):
         assert f"| {row} |" in out
+
+
+def test_bench_mla_quick_mode_checks_both_paths_equal_and_counts_what_each_builds():
+    out = run_script("bench_mla.py", "--quick")
+    assert "Cross-check: both paths give the same outputs for every call timed." in out
+    # past 16, one new token: the materialised step rebuilds 2 x 17 tokens x 8 heads x 128 float32 numbers
+    assert re.search(r"\| 16 \| materialised \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 0\.13 \| 1\.00 \|", out), out
+    assert re.search(r"\| 16 \| absorbed \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 0\.00 \| [\d.]+ \|", out), out
+    assert "## A prompt of 8 tokens, no cache (past 0)" in out
+
+
+@pytest.mark.parametrize(("new", "past"), [(1, 5), (3, 0)])
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_bench_mla_counts_the_multiply_adds_torchs_flop_counter_counts(new, past, absorbed):
+    layer = bench_mla.module()
+    cache = LatentCache()
+    if past:
+        cache.append(torch.randn(1, past, bench_mla.D_LATENT), torch.randn(1, past, bench_mla.D_ROPE))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(torch.randn(1, new, bench_mla.D_MODEL), cache=cache, absorbed=absorbed)
+    path = "absorbed" if absorbed else "materialised"
+    assert bench_mla.multiply_adds(path, new, past)[0] == counter.get_total_flops() // 2
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script measures (minutes): run make bench-gpu")
