@@ -178,6 +178,23 @@ def test_deepseek_v2s_sizes_cache_576_numbers_per_token_against_32768():
     assert 2 * module.num_heads * module.d_head == 32768
 
 
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_only_the_materialised_path_builds_per_head_keys_and_values(absorbed):
+    module = MultiHeadLatentAttention(8, 2, 4, rope=RotaryEmbedding(2))
+    built = []
+    for name in ("k_up", "v_up"):
+        getattr(module, name).register_forward_hook(
+            lambda _module, _args, out, name=name: built.append((name, out.shape))
+        )
+    cache = LatentCache()
+    module(torch.randn(1, 3, 8), cache=cache, absorbed=absorbed)
+    module(torch.randn(1, 1, 8), cache=cache, absorbed=absorbed)
+    # Materialised, every step rebuilds the keys and values of every token held: (batch, past + seq, heads * d_head).
+    assert built == (
+        [] if absorbed else [("k_up", (1, 3, 8)), ("v_up", (1, 3, 8)), ("k_up", (1, 4, 8)), ("v_up", (1, 4, 8))]
+    )
+
+
 def test_a_different_d_head_needs_no_divisible_d_model():
     module = MultiHeadLatentAttention(10, 3, 4, d_head=2)
     assert module(torch.randn(1, 2, 10)).shape == (1, 2, 10)
@@ -192,6 +209,8 @@ def test_bad_arguments_name_what_was_expected():
         MultiHeadLatentAttention(10, 3, 4)
     with raises(TypeError, r"rope must be None or a RotaryEmbedding of d_rope, .* rope=RotaryEmbedding\(2\), got bool"):
         MultiHeadLatentAttention(16, 4, 4, rope=True)
+    with raises(TypeError, r"e\.g\. rope=RotaryEmbedding\(8\), got int"):  # d_head 16: d_rope = d_head / 2
+        MultiHeadLatentAttention(64, 4, 4, rope=8)
     with raises(ValueError, "d_latent"):
         MultiHeadLatentAttention(16, 4, 0)
     with raises(ValueError, "q_latent"):
