@@ -19,6 +19,7 @@
 #   make bench-mla        notebook 13: latent attention's absorbed and materialised paths, per decoding step and prompt
 #   make mutate           mutation testing of the core with mutmut (MUTANTS="mhsa_helpers.block.*" for one module)
 #   make mutation-report  each module's mutation score after `make mutate`, and the survivors to pin or list
+#   make hand-faults      plant each hand-written fault of tests/mutation/hand_faults.py in a copy and run the tests
 #   make clean      remove build artefacts and caches (distclean: also .venv)
 #
 # torch is installed on its own, first, from TORCH_SPEC (pip arguments), so
@@ -57,7 +58,7 @@ NBSTRIPOUT_ARGS := --keep-output --keep-count --keep-id --extra-keys "metadata.l
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lab test lint typecheck site notebooks clean-notebook-metadata colab-check bench bench-explorers bench-browser bench-scale \
-	bench-model bench-gpu bench-sinks bench-checks bench-mla mutate mutation-report \
+	bench-model bench-gpu bench-sinks bench-checks bench-mla mutate mutation-report hand-faults \
 	clean distclean FORCE
 
 help:
@@ -175,6 +176,10 @@ mutate: setup
 RECORD ?=
 mutation-report: setup
 	$(VENV_PY) scripts/mutation_report.py $(if $(RECORD),--record)
+
+# Not in CI: each fault costs a test run (20-30 s for the module's own tests, minutes when they miss it).
+hand-faults: setup
+	env OMP_NUM_THREADS=1 MPLBACKEND=Agg $(VENV_PY) scripts/hand_faults.py
 
 clean:
 	rm -rf build dist mutants .pytest_cache .hypothesis .ruff_cache .mypy_cache

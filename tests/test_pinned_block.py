@@ -133,6 +133,13 @@ def test_no_dropout_by_default():
 def test_bad_settings_are_named_in_the_message():
     with raises(ValueError, "d_model must be >= 1, got 0"):
         mh.TransformerBlock(0, 2)
+    with raises(ValueError, "num_heads must be >= 1, got 0"):
+        mh.TransformerBlock(16, 0)
+    # The block checks the division itself (it needs d_head for its RotaryEmbedding), naming both settings.
+    with raises(
+        ValueError, "num_heads must divide d_model: expected d_model % num_heads == 0, got d_model=10, num_heads=3"
+    ):
+        mh.TransformerBlock(10, 3)
     with raises(ValueError, "d_ff must be >= 1, got 0"):
         mh.TransformerBlock(16, 2, d_ff=0)
     with raises(TypeError, "d_ff must be an int, got float 32.0 (expected >= 1)"):
