@@ -319,13 +319,16 @@ def drag(page, control, fraction: float) -> None:
 
 def image_scale(page, explorer: int) -> dict:
     """The explorer image's own pixels against the CSS pixels it is shown at, once the browser has decoded
-    it (a new picture's size is 0 until then: on a busy machine the question can come first)."""
+    it (a new picture's size is 0 until then: on a busy machine the question can come first). A decode is
+    abandoned when the explorer swaps the picture meanwhile (the sharp one follows the quick one): wait for the
+    next one then, up to two seconds."""
     return (
         page.locator(".mhsa-explorer")
         .nth(explorer)
         .locator(".mhsa-explorer-figure")
         .evaluate(
-            "async (img) => { await img.decode().catch(() => undefined);"
+            "async (img) => { for (let i = 0; i < 40 && !(img.complete && img.naturalWidth); i++) {"
+            " await img.decode().catch(() => new Promise((done) => setTimeout(done, 50))); }"
             " return {natural: img.naturalWidth, shown: img.getBoundingClientRect().width,"
             " ratio: window.devicePixelRatio}; }"
         )
