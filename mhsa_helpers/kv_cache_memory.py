@@ -10,6 +10,11 @@ every key/value head::
 Query heads do not appear: grouped-query attention (GQA) lets several query heads share one
 key/value head, and multi-query attention (MQA) lets all of them share a single one, which
 divides the cache by ``num_heads / num_kv_heads``.
+
+Multi-head latent attention (MLA, notebook 13) keeps every head but caches, per token and layer, one latent of
+``d_latent`` numbers and one rotated key of ``d_rope`` numbers shared by the heads::
+
+    bytes = layers × (d_latent + d_rope) × tokens × batch × bytes_per_element
 """
 
 from __future__ import annotations
@@ -25,14 +30,17 @@ from .checks import expect_choice, expect_divisible, expect_int
 
 __all__ = [
     "BYTES_PER_ELEMENT",
+    "DEEPSEEK_V2",
     "PRESETS",
     "CacheVariant",
+    "LatentConfig",
     "ModelConfig",
     "bytes_per_element",
     "format_bytes",
     "kv_cache_bytes",
     "kv_cache_bytes_for",
     "kv_cache_variants",
+    "latent_cache_bytes",
 ]
 
 BYTES_PER_ELEMENT: Mapping[str, int] = MappingProxyType(
@@ -136,6 +144,41 @@ PRESETS: Mapping[str, ModelConfig] = MappingProxyType(
 )
 
 
+@dataclass(frozen=True)
+class LatentConfig:
+    """The attention shape of a model with multi-head latent attention (notebook 13): ``num_heads`` heads of
+    ``head_dim`` (what MHA would cache per head), and per token a latent of ``d_latent`` numbers and a rotated key
+    of ``d_rope`` numbers shared by the heads (what MLA caches). ``source`` says where the numbers were published.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    d_latent: int
+    d_rope: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "num_heads", "head_dim", "d_latent"):
+            expect_int(field, getattr(self, field))
+        expect_int("d_rope", self.d_rope, 0)
+
+
+# deepseek-ai/DeepSeek-V2, config.json: num_hidden_layers=60, num_attention_heads=128, qk_nope_head_dim=128,
+# v_head_dim=128, kv_lora_rank=512 (d_latent), qk_rope_head_dim=64 (d_rope); the paper's section 2.1.4: the cache
+# "equal to GQA with only 2.25 groups".
+DEEPSEEK_V2 = LatentConfig(
+    name="DeepSeek-V2",
+    num_layers=60,
+    num_heads=128,
+    head_dim=128,
+    d_latent=512,
+    d_rope=64,
+    source="deepseek-ai/DeepSeek-V2, config.json; DeepSeek-AI (2024), section 2.1",
+)
+
+
 def bytes_per_element(dtype: str | torch.dtype) -> int:
     """Bytes of one cached number: ``"float32"`` 4, ``"float16"``/``"bfloat16"`` 2, ``"float8"``/``"int8"`` 1,
     or the size of a ``torch.dtype``."""
@@ -166,6 +209,29 @@ def kv_cache_bytes(
     expect_int("batch", batch)
     expect_int("bytes_per_element", bytes_per_element)
     return 2 * num_layers * num_kv_heads * head_dim * tokens * batch * bytes_per_element
+
+
+def latent_cache_bytes(
+    *,
+    num_layers: int,
+    d_latent: int,
+    d_rope: int,
+    tokens: int,
+    batch: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
+    """Size in bytes of a full latent-attention cache: ``layers × (d_latent + d_rope) × tokens × batch × bytes``.
+
+    No factor 2 and no heads: each layer caches one latent ``(batch, tokens, d_latent)``, from which every head's
+    keys and values are rebuilt, and one rotated key ``(batch, tokens, d_rope)`` shared by the heads.
+    """
+    expect_int("num_layers", num_layers)
+    expect_int("d_latent", d_latent)
+    expect_int("d_rope", d_rope, 0)
+    expect_int("tokens", tokens, 0)
+    expect_int("batch", batch)
+    expect_int("bytes_per_element", bytes_per_element)
+    return num_layers * (d_latent + d_rope) * tokens * batch * bytes_per_element
 
 
 def _config(config: ModelConfig | str) -> ModelConfig:

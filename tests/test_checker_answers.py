@@ -417,6 +417,52 @@ class MySinkGateAttention(MyCausalSelfAttention):  # notebook 12's exercise 3: t
         return (out, weights) if need_weights else out
 
 
+def latent_prediction():
+    return 96 + 32  # notebook 13: the latent and the rotated key, shared by the heads
+
+
+def absorbed_scores(q, w_uk, c_kv):
+    return (q @ w_uk) @ c_kv.unsqueeze(1).transpose(-2, -1)
+
+
+class MyLatentAttention(MyCausalSelfAttention):  # notebook 13's exercise 3: w_q and w_o kept, keys from a latent
+    def __init__(self, d_model, num_heads, d_latent, d_rope, **kwargs):
+        super().__init__(d_model, num_heads, **kwargs)
+        del self.w_k, self.w_v
+        d_in = self.w_q.in_features
+        self.d_rope = d_rope
+        self.w_dkv = torch.nn.Linear(d_in, d_latent, bias=False)
+        self.w_uk = torch.nn.Linear(d_latent, d_model, bias=False)
+        self.w_uv = torch.nn.Linear(d_latent, d_model, bias=False)
+        self.w_qr = torch.nn.Linear(d_in, num_heads * d_rope, bias=False)
+        self.w_kr = torch.nn.Linear(d_in, d_rope, bias=False)
+
+    def forward(self, x, cache=None, need_weights=False, absorbed=False):
+        seq = x.shape[-2]
+        past = 0 if cache is None else cache.length
+        positions = past + torch.arange(seq)
+        q = split_heads(self.w_q(x), self.num_heads)
+        q_r = apply_rope(split_heads(self.w_qr(x), self.num_heads), positions, self.rope_base)
+        c_kv, k_r = self.w_dkv(x), apply_rope(self.w_kr(x), positions, self.rope_base)
+        if cache is not None:
+            c_kv, k_r = cache.append(c_kv, k_r)
+        k_r = k_r.unsqueeze(1)  # one rotated key for every head
+        if absorbed:
+            w_uk = self.w_uk.weight.view(self.num_heads, self.d_head, -1)
+            w_uv = self.w_uv.weight.view(self.num_heads, self.d_head, -1)
+            content = (q @ w_uk) @ c_kv.unsqueeze(1).transpose(-2, -1)
+        else:
+            k, v = split_heads(self.w_uk(c_kv), self.num_heads), split_heads(self.w_uv(c_kv), self.num_heads)
+            content = q @ k.transpose(-2, -1)
+        scores = ((content + q_r @ k_r.transpose(-2, -1)) / math.sqrt(self.d_head + self.d_rope)).masked_fill(
+            ~decoding_mask(seq, past + seq), float("-inf")
+        )
+        weights = torch.softmax(scores, dim=-1)
+        heads = (weights @ c_kv.unsqueeze(1)) @ w_uv.transpose(-2, -1) if absorbed else weights @ v
+        out = self.w_o(merge_heads(heads))
+        return (out, weights) if need_weights else out
+
+
 def recipe_order():
     return ["B", "G", "D", "F", "A", "H", "C", "E"]
 
@@ -486,6 +532,9 @@ RIGHT = {
     "check_sink_prediction": sink_prediction,
     "check_sink_softmax": sink_softmax,
     "check_my_sink_gate_attention": MySinkGateAttention,
+    "check_latent_prediction": latent_prediction,
+    "check_absorbed_scores": absorbed_scores,
+    "check_my_latent_attention": MyLatentAttention,
 }
 CHECKERS = {checker.__name__: checker for lesson in LESSONS for checker in lesson.checkers}
 NAMES = sorted(CHECKERS)
@@ -500,6 +549,7 @@ CLASSES = (
     "check_rotary_embedding",
     "check_my_block",
     "check_my_sink_gate_attention",
+    "check_my_latent_attention",
 )
 #: The checkers of a prediction: the learner's function takes nothing and returns a number.
 NUMBER_PREDICTIONS = (
@@ -511,6 +561,7 @@ NUMBER_PREDICTIONS = (
     "check_score_prediction",
     "check_mask_prediction",
     "check_sink_prediction",
+    "check_latent_prediction",
 )
 #: The checkers of an ordering exercise: the learner's function takes nothing and returns a list of labels.
 ORDERS = tuple(e.checker.__name__ for lesson in LESSONS for e in lesson.exercises if e.kind == "order")
@@ -554,7 +605,7 @@ TAKES_TENSORS = [
 
 
 def test_every_checker_has_a_right_answer_here():
-    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 56 and len(ORDERS) == 3
+    assert set(RIGHT) == set(CHECKERS) and len(CHECKERS) == 59 and len(ORDERS) == 3
 
 
 #: Checked in tests/lessons/11_real_model/test_real_model_lesson.py instead, where the real model is loaded already

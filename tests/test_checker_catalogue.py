@@ -24,6 +24,7 @@ from mhsa_helpers.lessons.causal_mhsa_with_rope import check_attend_with_cache
 from mhsa_helpers.lessons.induction_heads import check_ablate_head, check_repeat_chunk
 from mhsa_helpers.lessons.long_context import check_alibi_bias, check_window_mask
 from mhsa_helpers.lessons.mistakes_that_circulate import check_decode_mask, check_masked_weights
+from mhsa_helpers.lessons.multi_head_latent_attention.exercises import check_absorbed_scores
 from mhsa_helpers.lessons.qkv_by_hand import check_attention_head, check_weights_debug
 from mhsa_helpers.lessons.rotary_position_embeddings import check_apply_rope, check_rope_attention
 from mhsa_helpers.lessons.scaled_dot_product_attention import check_my_attention, check_softmax
@@ -144,6 +145,11 @@ def attend_with_cache_flips_the_rope(q_new, k_new, v_new, cached_k, cached_v, ro
     return _attention(q, keys, values, mh.causal_mask(new, past + new))
 
 
+def absorbed_scores_unsqueezes_c_kv_in_place(q, w_uk, c_kv):
+    c_kv.unsqueeze_(1)  # an axis for the heads, added to the caller's tensor
+    return (q @ w_uk) @ c_kv.transpose(-2, -1)
+
+
 IN_PLACE_ANSWERS = [
     Wrong(check_softmax, "x.exp_() on the argument", softmax_exp_in_place, IN_PLACE, ("`x`",)),
     Wrong(check_my_attention, "q /= sqrt(d)", attention_q_divided_in_place, IN_PLACE, ("`q`", "`q /= …`")),
@@ -169,6 +175,13 @@ IN_PLACE_ANSWERS = [
         attend_with_cache_flips_the_rope,
         IN_PLACE,
         ("`rope`", "`rope.sin_cached`"),
+    ),
+    Wrong(
+        check_absorbed_scores,
+        "c_kv.unsqueeze_(1)",
+        absorbed_scores_unsqueezes_c_kv_in_place,
+        IN_PLACE,
+        ("`c_kv`", "its shape went from (2, 7, 8) to (2, 1, 7, 8)"),
     ),
 ]
 
@@ -328,6 +341,16 @@ def masked_softmax_half_precision_unguarded(scores, mask):
     return torch.softmax(scores.half().masked_fill(~mask, -INF), dim=-1)
 
 
+def absorbed_scores_keys_by_einsum(q, w_uk, c_kv):
+    keys = torch.einsum("bkl,hdl->bhkd", c_kv, w_uk)  # right numbers, but every head's keys built
+    return torch.einsum("bhqd,bhkd->bhqk", q, keys)
+
+
+def absorbed_scores_w_uk_transposed(q, w_uk, c_kv):
+    # runs only where d_head == d_latent: the checker names it from its square inputs, after the crash
+    return torch.einsum("bhqd,hld,bkl->bhqk", q, w_uk, c_kv)
+
+
 SYMPTOM_ANSWERS = [
     Wrong(check_masked_softmax, "filled with -1e4", masked_softmax_fill_minus_1e4, FINITE_FILL, ("-1e4",)),
     Wrong(check_masked_weights, "filled with -1e4", masked_weights_fill_minus_1e4, FINITE_FILL),
@@ -346,6 +369,20 @@ SYMPTOM_ANSWERS = [
         masked_softmax_half_precision_unguarded,
         "a fully masked row gives NaN",
         ("NaN",),
+    ),
+    Wrong(
+        check_absorbed_scores,
+        "keys built with an einsum",
+        absorbed_scores_keys_by_einsum,
+        "every head's keys built from the latents",
+        ("(q_h W_UK_h) . c_kv",),
+    ),
+    Wrong(
+        check_absorbed_scores,
+        "W_UK read transposed in an einsum",
+        absorbed_scores_w_uk_transposed,
+        "W_UK transposed on the query's side",
+        ("on square inputs",),
     ),
 ]
 

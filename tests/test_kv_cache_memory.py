@@ -8,14 +8,18 @@ from __future__ import annotations
 import pytest
 import torch
 
+import mhsa_helpers as mh
 from mhsa_helpers.kv_cache_memory import (
+    DEEPSEEK_V2,
     PRESETS,
+    LatentConfig,
     ModelConfig,
     bytes_per_element,
     format_bytes,
     kv_cache_bytes,
     kv_cache_bytes_for,
     kv_cache_variants,
+    latent_cache_bytes,
 )
 
 
@@ -134,3 +138,40 @@ def test_bad_input_names_the_setting():
         kv_cache_variants("GPT-2 small", tokens=1, gqa_kv_heads=24)
     with pytest.raises(ValueError, match="n must be >= 0"):
         format_bytes(-1)
+
+
+def test_latent_cache_by_hand_and_from_a_real_cache():
+    # 3 layers * (5 + 2) numbers * 4 tokens * 2 sequences * 4 bytes = 672: no factor 2, no heads
+    assert latent_cache_bytes(num_layers=3, d_latent=5, d_rope=2, tokens=4, batch=2, bytes_per_element=4) == 672
+    assert latent_cache_bytes(num_layers=1, d_latent=8, d_rope=0, tokens=1, bytes_per_element=1) == 8
+    layer = mh.MultiHeadLatentAttention(16, 4, 5, rope=mh.RotaryEmbedding(2))
+    cache = mh.LatentCache()
+    layer(torch.randn(2, 4, 16), cache=cache)
+    assert (
+        latent_cache_bytes(num_layers=1, d_latent=5, d_rope=2, tokens=4, batch=2, bytes_per_element=4) == cache.nbytes
+    )
+
+
+def test_deepseek_v2_caches_576_numbers_per_token_and_layer_against_mhas_32768():
+    per_token = latent_cache_bytes(
+        num_layers=DEEPSEEK_V2.num_layers,
+        d_latent=DEEPSEEK_V2.d_latent,
+        d_rope=DEEPSEEK_V2.d_rope,
+        tokens=1,
+        bytes_per_element=1,
+    )
+    assert per_token == 60 * 576
+    mha = kv_cache_bytes(
+        num_layers=60, num_kv_heads=DEEPSEEK_V2.num_heads, head_dim=DEEPSEEK_V2.head_dim, tokens=1, bytes_per_element=1
+    )
+    assert mha == 60 * 32768
+    assert (DEEPSEEK_V2.d_latent + DEEPSEEK_V2.d_rope) / (2 * DEEPSEEK_V2.head_dim) == 2.25  # "GQA with 2.25 groups"
+
+
+def test_latent_settings_are_checked_by_name():
+    with pytest.raises(TypeError, match="d_latent must be an int"):
+        latent_cache_bytes(num_layers=1, d_latent=2.0, d_rope=0, tokens=1)
+    with pytest.raises(ValueError, match="d_rope must be"):
+        latent_cache_bytes(num_layers=1, d_latent=2, d_rope=-1, tokens=1)
+    with pytest.raises(ValueError, match="d_latent must be"):
+        LatentConfig("x", num_layers=1, num_heads=1, head_dim=1, d_latent=0, d_rope=0)

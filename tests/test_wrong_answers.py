@@ -20,6 +20,7 @@ from mhsa_helpers.lessons.attention_at_scale import check_expand_kv, check_kv_ca
 from mhsa_helpers.lessons.causal_masking import check_masked_softmax
 from mhsa_helpers.lessons.causal_mhsa_with_rope import check_attend_with_cache
 from mhsa_helpers.lessons.multi_head_attention import check_multi_head_attention, check_split_heads
+from mhsa_helpers.lessons.multi_head_latent_attention.exercises import check_absorbed_scores, check_latent_prediction
 from mhsa_helpers.lessons.rotary_position_embeddings import (
     check_apply_rope,
     check_rope_attention,
@@ -261,6 +262,26 @@ CATALOGUE = [
         "query heads",
         lambda n, h, kv, d, t, b, e: 2 * n * h * d * t * b * e,
         "counted the query heads instead of the key/value heads",
+    ),
+    # ----------------------------------------------------------- 13
+    Wrong(
+        check_latent_prediction,
+        "a latent for keys, one for values",
+        lambda: 2 * 96 + 32,
+        "a latent for the keys and another for the values",
+    ),
+    Wrong(check_latent_prediction, "a rotated key per head", lambda: 8 * 32 + 96, "a rotated key per head"),
+    Wrong(
+        check_absorbed_scores,
+        "keys rebuilt, then q @ k^T",
+        lambda q, w_uk, c_kv: q @ (c_kv.unsqueeze(1) @ w_uk.transpose(-2, -1)).transpose(-2, -1),
+        "every head's keys built from the latents",
+    ),
+    Wrong(
+        check_absorbed_scores,
+        "scaled as attention scales",
+        lambda q, w_uk, c_kv: (q @ w_uk) @ c_kv.unsqueeze(1).transpose(-2, -1) / math.sqrt(q.shape[-1]),
+        "scaled by sqrt(d_head)",
     ),
 ]
 

@@ -6,8 +6,8 @@ notebook's name without its number (``05_rotary_position_embeddings.ipynb`` → 
 own, ``figures.py``. Tests, benchmarks, the Colab-like check and the README's table of the
 series iterate :data:`LESSONS`; nothing else lists the notebooks.
 
-Adding notebook 13 means: ``notebooks/13_<name>.ipynb``, its solutions notebook
-``notebooks/solutions/13_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
+Adding notebook 14 means: ``notebooks/14_<name>.ipynb``, its solutions notebook
+``notebooks/solutions/14_<name>_solutions.ipynb``, a folder ``lessons/<name>/`` and one
 :class:`Lesson` at the end of :data:`LESSONS`, which lists the notebook's exercises in their order, each
 with its checker (registered here, not found by their names).
 
@@ -35,6 +35,7 @@ from . import (
     long_context,
     mistakes_that_circulate,
     multi_head_attention,
+    multi_head_latent_attention,
     qkv_by_hand,
     real_model,
     rotary_position_embeddings,
@@ -430,6 +431,32 @@ LESSONS: tuple[Lesson, ...] = (
             "give to nothing, proven equal to a rescaled softmax, trained side by side, and measured in the real model"
         ),
         recall=sinks_and_gates.check_recall,
+    ),
+    _lesson(
+        13,
+        "multi_head_latent_attention",
+        "Multi-head latent attention: a cache of one small vector per token",
+        multi_head_latent_attention,
+        "latent_explorer",
+        exercises=(
+            Exercise(
+                "Predict: what does a token cost in the cache?",
+                "predict",
+                1,
+                multi_head_latent_attention.check_latent_prediction,
+            ),
+            Exercise("Absorbed scores", "build", 2, multi_head_latent_attention.check_absorbed_scores),
+            Exercise(
+                "Latent attention in your own module", "build", 3, multi_head_latent_attention.check_my_latent_attention
+            ),
+        ),
+        reading_minutes=30,
+        summary=(
+            "DeepSeek-V2's latent cache (576 numbers per token and layer against MHA's 32,768), absorption proven and "
+            "counted per decoding step, why RoPE needs a decoupled key, and latent attention trained beside MHA, GQA "
+            "and MQA"
+        ),
+        recall=multi_head_latent_attention.check_recall,
     ),
 )
 

@@ -20,6 +20,9 @@ and the bases that a few lessons share (a lesson never imports another lesson):
   and MHSA explorers (notebooks 04 and 06);
 * :mod:`~mhsa_helpers.teaching.induction` — notebook 07's task, model, training, head scores and
   shipped checkpoints, which notebooks 09 and 11 build on.
+* :mod:`~mhsa_helpers.teaching.base_module` — what the checkers of a learner's module that extends
+  their notebook-06 ``MyCausalSelfAttention`` share (notebooks 12 and 13): the class it extends checked
+  alone first, and the learner sent back to notebook 06 when that already differs.
 
 Each notebook's own checkers, explorer and figures are in ``mhsa_helpers.lessons.<slug>``.
 The core modules of :mod:`mhsa_helpers` never import this package.

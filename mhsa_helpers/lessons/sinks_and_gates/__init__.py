@@ -4,7 +4,8 @@ explorer (``explorer``), the pictures (``figures``) and the diagrams (``diagrams
 :func:`mhsa_helpers.attention.attend` (``sink=``) and :class:`mhsa_helpers.MultiHeadSelfAttention` (``sink=``,
 ``gate=``)."""
 
-from .exercises import NotSavedYet, check_my_sink_gate_attention, check_sink_prediction, check_sink_softmax
+from ...teaching.base_module import NotSavedYet
+from .exercises import check_my_sink_gate_attention, check_sink_prediction, check_sink_softmax
 from .experiments import (
     NOTEBOOK_CONFIG,
     REAL_PROMPTS,

@@ -17,11 +17,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import itertools
 import math
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -29,7 +26,6 @@ import torch
 from torch import nn
 
 from ... import (
-    KVCache,
     MultiHeadSelfAttention,
     RotaryEmbedding,
     causal_mask,
@@ -38,6 +34,15 @@ from ... import (
     split_heads,
 )
 from ...rope import apply_rotary
+from ...teaching.base_module import (
+    ModuleSize,
+    decoded,
+    learners_parent,
+    output_pair,
+    package_outputs,
+    parent_not_written,
+    verify_parent,
+)
 from ...teaching.checking import (
     AnswerRejected,
     Case,
@@ -49,13 +54,11 @@ from ...teaching.checking import (
     class_driver,
     escalate,
     judge,
-    learner_line,
     noted,
     output_tensor,
     random_tensor,
-    roughly_equal,
 )
-from ...teaching.modules import CAUSAL_CONTRACT, load_package_weights
+from ...teaching.modules import load_package_weights
 from ...teaching.predictions import check_prediction
 
 __all__ = [
@@ -63,7 +66,6 @@ __all__ = [
     "PREDICTION_SINK",
     "SINK_GATE_MISCONCEPTIONS",
     "SINK_SOFTMAX_MISCONCEPTIONS",
-    "NotSavedYet",
     "check_my_sink_gate_attention",
     "check_sink_prediction",
     "check_sink_softmax",
@@ -536,66 +538,34 @@ def check_sink_softmax(learner: Callable[..., Any], *, verbose: bool = True) -> 
 
 _EXERCISE = "my_sink_gate_attention"
 _NAME = "MySinkGateAttention"
-_CHECK_06 = (
-    "Check it with notebook 06's exercise 4 checker (`from mhsa_helpers.lessons.causal_mhsa_with_rope import "
-    "check_my_causal_self_attention`, then `check_my_causal_self_attention(MyCausalSelfAttention)`), fix it in "
-    "notebook 06, save it there again with `save_mine`, and run this notebook's `load_mine` cell again"
-)
 
 #: Each head's sink logit in the package modules the checker copies: far from 0 and from one another, drawn in turn.
 _SINKS = (-1.2, 0.6, 1.9, -0.4, 2.6, 1.1)
 
 
-@dataclass(frozen=True)
-class _Size:
+class _Size(ModuleSize):
     """How a case builds the learner's module, ``MySinkGateAttention(d_model, num_heads, **keywords)`` with ``d_in``,
     ``bias`` and ``rope_base`` given only where set; ``seed`` draws the package module's weights."""
 
-    d_model: int
-    num_heads: int
-    d_in: int | None = None
-    bias: bool = True
-    rope_base: float = 10000.0
-    seed: int = 0
-
-    @property
-    def features(self) -> int:
-        """The input's features: ``d_in``, or ``d_model`` when it is not given."""
-        return self.d_model if self.d_in is None else self.d_in
-
-    def keywords(self) -> dict[str, Any]:
-        """The keyword arguments a notebook passes: only those that differ from the defaults."""
-        given: dict[str, Any] = {} if self.d_in is None else {"d_in": self.d_in}
-        given |= {} if self.bias else {"bias": False}
-        return given | ({} if self.rope_base == 10000.0 else {"rope_base": self.rope_base})
-
-    def call(self, name: str = _NAME) -> str:
-        """How the notebook's call reads: ``MySinkGateAttention(12, 3, d_in=10, rope_base=100)``."""
-        shown = [str(self.d_model), str(self.num_heads)] + [
-            f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-            for key, value in self.keywords().items()
-        ]
-        return f"{name}({', '.join(shown)})"
-
     def __repr__(self) -> str:
-        return self.call()
+        return self.call(_NAME)
 
 
 @functools.lru_cache(maxsize=64)
-def _package(size: _Size, dtype: torch.dtype, plain: bool = False) -> MultiHeadSelfAttention:
+def _package(size: _Size, dtype: torch.dtype) -> MultiHeadSelfAttention:
     """The package's module at ``size`` in ``dtype``, with weights drawn from ``size.seed``: causal, RoPE, a learned
-    sink per head (drawn from :data:`_SINKS`, none 0, no two alike) and a headwise gate with a bias far from 0. With
-    ``plain``, the same projections without the sink and the gate: what the learner's notebook-06 module computes."""
-    options: dict[str, Any] = {} if plain else {"sink": "learned", "gate": "headwise"}
+    sink per head (drawn from :data:`_SINKS`, none 0, no two alike) and a headwise gate with a bias far from 0. (The
+    class the learner's extends is checked against the package's plain attention,
+    :func:`~mhsa_helpers.teaching.base_module.plain_attention`.)"""
     with torch.random.fork_rng(devices=[]):  # building draws initial weights: the notebook's generator stays as it was
         module = MultiHeadSelfAttention(
             size.d_model, size.num_heads, d_in=size.features, qkv_bias=size.bias, out_bias=size.bias, causal=True,
-            rope=RotaryEmbedding(size.d_model // size.num_heads, 64, size.rope_base), **options,
+            rope=RotaryEmbedding(size.d_model // size.num_heads, 64, size.rope_base), sink="learned", gate="headwise",
         )  # fmt: skip
         full = MultiHeadSelfAttention(size.d_model, size.num_heads, d_in=size.features, sink="learned", gate="headwise")
     g = torch.Generator().manual_seed(size.seed)
     with torch.no_grad():
-        # Every parameter drawn in one order, whatever `plain` and `bias` leave out, so that both modules agree.
+        # Every parameter drawn in one order, whatever `bias` leaves out, so that turning it off changes nothing else.
         drawn = {}
         for name, parameter in full.named_parameters():
             noise = random_tensor(g, *parameter.shape)
@@ -617,47 +587,14 @@ def _theirs(size: _Size, dtype: torch.dtype) -> MultiHeadSelfAttention:
     return _package(size, dtype)
 
 
-def _chunks(seq: int) -> list[tuple[int, int]]:
-    """How a sequence of ``seq`` tokens is decoded through a cache: a prompt of 2 tokens, then one at a time."""
-    bounds = [0, *range(min(2, seq), seq + 1)]
-    return list(itertools.pairwise(bounds))
-
-
-def _decoded(step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, what: str = "") -> torch.Tensor:
-    """``step(chunk, cache)`` over :func:`_chunks` of ``x`` with one package cache, the outputs joined."""
-    cache = KVCache()
-    outputs = []
-    for start, end in _chunks(x.shape[1]):
-        out = step(x[:, start:end], cache)
-        if what:
-            out = output_tensor(out, what)
-            if out.shape[:-1] != x[:, start:end].shape[:-1]:
-                raise AnswerRejected(
-                    f"{what} returned shape {tuple(out.shape)} for {end - start} new token(s) "
-                    f"{tuple(x[:, start:end].shape)}: it must return (batch, new, d_model)"
-                )
-        outputs.append(out)
-    return torch.cat(outputs, dim=1)
-
-
 #: What the package's modules and the known mistakes gave, by case: the given cases are the same at every check, and
 #: an answer checked again meets the same drawn ones.
 _remembered = Remembered(2048)
 
 
-def _package_outputs(module: MultiHeadSelfAttention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The four things the checker compares: the full pass, the output and the weights with ``need_weights=True``,
-    and the outputs decoded through a cache."""
-    with torch.no_grad():
-        full = cast(torch.Tensor, module(x))
-        out, weights = cast(tuple[torch.Tensor, torch.Tensor], module(x, need_weights=True))
-        steps = _decoded(lambda chunk, cache: module(chunk, cache=cache), x)
-    return full, out, weights, steps
-
-
 def _module_reference(x: torch.Tensor, size: _Size, probe: Any = None) -> tuple[torch.Tensor, ...]:
     theirs = _theirs(size, x.dtype)
-    return _remembered(("reference", size), x, lambda: _package_outputs(theirs, x))
+    return _remembered(("reference", size), x, lambda: package_outputs(theirs, x))
 
 
 # ------------------------------------------------ the recipe, written out with its known mistakes
@@ -747,7 +684,7 @@ def _slipped(theirs: MultiHeadSelfAttention, x: torch.Tensor, slip: _Slip) -> tu
             result, _, held[0] = _attend(theirs, chunk, held[0], slip, cached=True)
             return result
 
-        steps = _decoded(step, x)
+        steps = decoded(step, x)
     return full, out, weights, steps
 
 
@@ -961,85 +898,6 @@ SINK_GATE_MISCONCEPTIONS = (
 # ------------------------------------------------ driving the learner's module
 
 
-def _pair(value: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, torch.Tensor) for t in value):
-        return value[0], value[1]
-    raise AnswerRejected(
-        f"called with need_weights=True, your forward returned {type(value).__name__}: it must return (out, weights), "
-        "as your MyCausalSelfAttention does"
-    )
-
-
-def _parent_not_written(where: str, error: NotImplementedError) -> str:
-    """What to tell the learner when ``where``, code outside their class (the module it extends, as a rule), still
-    raises ``error``."""
-    return (
-        f"{where} still raises NotImplementedError{learner_line(error)}. The class yours extends is your "
-        "MyCausalSelfAttention of notebook 06: write it there (exercise 4), save it with `save_mine`, then run this "
-        "notebook's `load_mine` cell and this cell again."
-    )
-
-
-def _parent(learner: type) -> type | None:
-    """The learner's own class that theirs extends: the one named MyCausalSelfAttention (``load_mine`` gives notebook
-    06's module under that name), else the nearest class of the learner's it extends; None when it extends none."""
-    own = [
-        klass
-        for klass in learner.__mro__[1:]
-        if issubclass(klass, nn.Module) and not klass.__module__.startswith(("torch", "mhsa_helpers"))
-    ]
-    return next((klass for klass in own if klass.__name__ == "MyCausalSelfAttention"), own[0] if own else None)
-
-
-@contextmanager
-def _unwatched() -> Iterator[None]:
-    """No profile function while the block runs: the checker's own calls of the learner's parent module are not the
-    answer's, and what they call is no shortcut of the answer's."""
-    previous = sys.getprofile()
-    sys.setprofile(None)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-
-
-def _parent_check(parent: type, x: torch.Tensor, size: _Size) -> None:
-    """Before the learner's module is compared: does the class it extends, built alone at the case's size with the
-    package's projections, give what the package's plain attention gives, in a full pass and through a cache?"""
-    plain = _package(size, x.dtype, plain=True)
-    call = size.call(parent.__name__)
-    try:
-        with torch.no_grad():
-            mine = CAUSAL_CONTRACT.build(
-                parent, size.features, size.d_model, size.num_heads, size.bias, size.rope_base
-            ).to(x.dtype)
-            load_package_weights(mine, plain)
-            full = output_tensor(mine(x), f"your {parent.__name__}, called alone as mine(x),")
-            steps = _decoded(lambda chunk, cache: mine(chunk, cache=cache), x, f"your {parent.__name__}")
-    except (NotImplementedError, AnswerRejected):
-        raise
-    except Exception as error:
-        raise AnswerRejected(
-            f"the class yours extends, {parent.__name__}, built alone as {call} with the package's weights and called "
-            f"as notebook 06 calls it (a full pass, then through a cache), raised {type(error).__name__}: "
-            f"{error}{learner_line(error)}. Your new lines are not to blame. {_CHECK_06}"
-        ) from error
-    want_full, _, _, want_steps = _remembered(("plain", size), x, lambda: _package_outputs(plain, x))
-    differs = (
-        "in a full pass"
-        if not roughly_equal(full, want_full)
-        else "through a cache"
-        if not roughly_equal(steps, want_steps)
-        else ""
-    )
-    if differs:
-        raise AnswerRejected(
-            f"the class yours extends, {parent.__name__}, built alone as {call} with the package attention's "
-            f"weights, already gives other numbers than the package's attention {differs}, before any line of yours "
-            f"runs: your new lines are not to blame. {_CHECK_06}"
-        )
-
-
 def _sink_of(mine: nn.Module, size: _Size) -> torch.Tensor:
     sink = getattr(mine, "sink", None)
     if not isinstance(sink, torch.Tensor):
@@ -1120,20 +978,12 @@ def _copy(mine: nn.Module, theirs: MultiHeadSelfAttention, size: _Size) -> None:
     cast(torch.Tensor, layer.bias).copy_(gate_proj.bias[rows])
 
 
-def _checked_parent(parent: type | None, x: torch.Tensor, size: _Size) -> bool:
-    """Check ``parent`` on its own (:func:`_parent_check`), unwatched; whether there was one to check."""
-    if parent is None:
-        return False
-    with _unwatched():
-        _parent_check(parent, x, size)
-    return True
-
-
 def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[str, str]) -> Any:
     """``learner``, the class, built at a case's size with the package module's weights copied in, run on the case's
     ``x`` in the four calls the checker compares; with ``probe``, what a probe reads of it."""
     # The class the learner's extends is checked first, before the learner's own __init__ runs on top of it.
-    checked = probe != ("built",) and _checked_parent(_parent(learner) if isinstance(learner, type) else None, x, size)
+    parent = learners_parent(learner) if isinstance(learner, type) else None
+    checked = probe != ("built",) and verify_parent(parent, x, size)
     mine = learner(size.d_model, size.num_heads, **size.keywords())
     if not isinstance(mine, nn.Module):
         raise AnswerRejected(f"{size!r} gave {type(mine).__name__}, not an nn.Module")
@@ -1154,7 +1004,7 @@ def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[st
     if probe == ("built",):
         return {"gates": _gate_of(mine, size).out_features if not packaged else size.num_heads}
     if not (checked or packaged):  # a function that builds the module: its class is known now
-        _checked_parent(_parent(type(mine)), x, size)
+        verify_parent(learners_parent(type(mine)), x, size)
     if isinstance(probe, tuple) and probe[:1] == ("values zero",):
         with torch.no_grad():
             return output_tensor(mine(x), "your forward")
@@ -1170,8 +1020,8 @@ def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[st
             for mine_name, name in named.items()
         }
     full = output_tensor(mine(x), "your forward")
-    out, weights = _pair(mine(x, need_weights=True))
-    steps = _decoded(lambda chunk, cache: mine(chunk, cache=cache), x, "through a cache, your forward")
+    out, weights = output_pair(mine(x, need_weights=True))
+    steps = decoded(lambda chunk, cache: mine(chunk, cache=cache), x, "through a cache, your forward")
     return full, out, weights, steps
 
 
@@ -1252,7 +1102,7 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
         result = judge(
             _EXERCISE,
             # The learner's own code: its class's own methods, not those it inherits from the class it extends.
-            class_driver(learner, told, _drive, _parent_not_written),
+            class_driver(learner, told, _drive, parent_not_written),
             _module_reference,
             _module_cases(),
             SINK_GATE_MISCONCEPTIONS,
@@ -1283,16 +1133,3 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
     if verbose:
         print(result.message)
     return result
-
-
-class NotSavedYet(nn.Module):
-    """Stands in for the learner's ``MyCausalSelfAttention`` while ``my_attention.py`` has none (notebook 12 passes
-    it to ``load_mine`` as the fallback): building it raises ``NotImplementedError``, which exercise 3's checker reads
-    as "not attempted yet" and answers with where to write the module."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        raise NotImplementedError(
-            "MyCausalSelfAttention is not saved yet: write it in notebook 06 (exercise 4), save it with save_mine, "
-            "then run this notebook's load_mine cell again"
-        )

@@ -1,0 +1,156 @@
+"""Notebook 13's pictures of the training comparison: the four kinds' copying losses on one axes, and what each
+caches per token as a small bar panel beside them.
+
+Each function draws on the figure or Axes it is given or, without one, on a new pyplot figure that Jupyter shows
+below the cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ...teaching.figures import as_array, new_axes
+
+__all__ = ["KIND_COLORS", "KIND_STYLES", "cache_bars", "kind_comparison", "kind_loss_curves", "trailing_mean"]
+
+#: One colour per kind of :data:`~.experiments.KINDS`, in its order (MHA black, MLA red).
+KIND_COLORS = ("#000000", "#1f77b4", "#2ca02c", "#d62728")
+#: One line style per kind: GQA's and MQA's curves can lie close together, so one of them is dashed.
+KIND_STYLES = ("-", "-", "--", "-")
+
+
+def trailing_mean(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
+    """``values (steps,)`` -> ``(steps,)``: the mean of the last ``window`` values at each step (fewer at the start),
+    as notebook 07 smooths its loss curves."""
+    values = as_array("values", values)
+    if values.ndim != 1:
+        raise ValueError(f"values must be a 1-D sequence of losses, got shape {values.shape}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got window={window!r}")
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(0, ends - window)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _expect_styles(count: int, colors: Sequence[str], styles: Sequence[str]) -> None:
+    if len(colors) < count or len(styles) < count:
+        raise ValueError(f"colors and styles must give one per kind ({count}), got {len(colors)} and {len(styles)}")
+
+
+def kind_loss_curves(
+    histories: Mapping[str, Sequence[float]],
+    *,
+    vocab_size: int,
+    crossings: Mapping[str, int | None] | None = None,
+    level: float = 1.0,
+    colors: Sequence[str] = KIND_COLORS,
+    styles: Sequence[str] = KIND_STYLES,
+    window: int = 10,
+    ax: Axes | None = None,
+) -> Axes:
+    """Each kind's per-step loss on the repeated tokens (``histories``: name -> ``(steps,)`` losses, a run's
+    ``induction_loss``) on one axes: thin lines per step, thick lines their ``window``-step trailing mean, a dotted
+    line at chance ``ln(vocab_size - 1)`` (the tokens are drawn from ``vocab_size - 1`` ids) and a dashed one at 1.0,
+    the level :func:`~mhsa_helpers.teaching.induction.phase_change_step` waits for. ``crossings`` (name -> step or
+    None, e.g. ``result.steps_below(level)``), if given, marks the step at which each kind's trailing mean first fell
+    below ``level`` with a dot on a dashed line at ``level`` (1.0: the phase change). ``colors``, ``styles``: one per
+    kind."""
+    if not isinstance(histories, Mapping) or not histories:
+        raise ValueError("histories must map at least one kind's name to its losses")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 3:
+        raise ValueError(f"vocab_size must be an int >= 3 (BOS and two ordinary tokens), got {vocab_size!r}")
+    if crossings is not None and set(crossings) - set(histories):
+        raise ValueError(f"crossings must name kinds of histories {list(histories)}, got {sorted(set(crossings))}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not level > 0:
+        raise ValueError(f"level must be a loss > 0 (nats), got level={level!r}")
+    _expect_styles(len(histories), colors, styles)
+    if ax is None:
+        ax = new_axes((7.5, 3.6))
+    chance = math.log(vocab_size - 1)
+    longest = 0
+    for (name, losses), color, style in zip(histories.items(), colors, styles, strict=False):
+        values = as_array(name, losses)
+        if values.ndim != 1 or not len(values):
+            raise ValueError(f"histories must hold 1-D sequences of losses, got shape {values.shape} for {name!r}")
+        steps = np.arange(len(values))
+        ax.plot(steps, values, color=color, alpha=0.15, linewidth=0.7)
+        ax.plot(steps, trailing_mean(values, window), color=color, linestyle=style, linewidth=1.8, label=name)
+        step = None if crossings is None else crossings.get(name)
+        if step is not None:
+            # phase_change_step counts the losses seen: its trailing mean first falls below level at index step - 1.
+            ax.plot([step - 1], [level], marker="o", markersize=6, color=color, markeredgecolor="white", zorder=5)
+        longest = max(longest, len(values))
+    ax.axhline(chance, color="black", linestyle=":", linewidth=1, label=f"chance: ln {vocab_size - 1} = {chance:.2f}")
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8, label="1.0: the circuit has formed")
+    if level != 1.0:
+        ax.axhline(level, color="0.6", linestyle="--", linewidth=0.8, label=f"{level:g} nats")
+    ax.set_xlim(0, longest)
+    ax.set_ylim(0, max(4.0, chance + 0.5))
+    ax.set_xlabel("training step", fontsize=9)
+    ax.set_ylabel("loss on the repeated tokens (nats)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7, loc="lower left", framealpha=0.9, ncol=2)
+    return ax
+
+
+def cache_bars(
+    numbers: Mapping[str, int],
+    *,
+    colors: Sequence[str] = KIND_COLORS,
+    ax: Axes | None = None,
+) -> Axes:
+    """What each kind caches per token and layer (``numbers``: name -> count, e.g. a result's ``cache_numbers``) as
+    horizontal bars, the first kind at the top, each count written at the end of its bar."""
+    if not isinstance(numbers, Mapping) or not numbers:
+        raise ValueError("numbers must map at least one kind's name to its cached numbers per token")
+    counts = as_array("numbers", list(numbers.values()))
+    if counts.ndim != 1 or (counts < 0).any():
+        raise ValueError(f"numbers must hold counts >= 0, got {list(numbers.values())}")
+    if len(colors) < len(numbers):
+        raise ValueError(f"colors must give one per kind ({len(numbers)}), got {len(colors)}")
+    if ax is None:
+        ax = new_axes((3.2, 0.45 * len(numbers) + 1.0))
+    y = np.arange(len(numbers))
+    ax.barh(y, counts, height=0.6, color=list(colors[: len(numbers)]))
+    top = float(counts.max()) or 1.0
+    for row, count in zip(y, counts, strict=True):
+        ax.text(count + 0.02 * top, float(row), f"{count:g}", va="center", ha="left", fontsize=8)
+    ax.set_yticks(y, list(numbers), fontsize=8)
+    ax.invert_yaxis()  # the first kind at the top, as in the legend
+    ax.set_xlim(0, top * 1.25)
+    ax.set_xlabel("numbers cached per token and layer", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    return ax
+
+
+def kind_comparison(
+    histories: Mapping[str, Sequence[float]],
+    numbers: Mapping[str, int],
+    *,
+    vocab_size: int,
+    crossings: Mapping[str, int | None] | None = None,
+    level: float = 1.0,
+    fig: Figure | None = None,
+) -> Figure:
+    """:func:`kind_loss_curves` (left) and :func:`cache_bars` (right) side by side, in the same colours: the price
+    of each kind in memory beside how fast it learned. ``histories`` and ``numbers`` must name the same kinds;
+    ``crossings`` and ``level`` as in :func:`kind_loss_curves`."""
+    if not isinstance(histories, Mapping) or not isinstance(numbers, Mapping) or list(histories) != list(numbers):
+        given = (
+            (list(histories), list(numbers)) if isinstance(histories, Mapping) and isinstance(numbers, Mapping) else ()
+        )
+        raise ValueError(f"histories and numbers must name the same kinds in the same order, got {given}")
+    if fig is None:
+        fig = plt.figure(figsize=(10.5, 3.8))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3.0, 1.0), "wspace": 0.45})
+    kind_loss_curves(histories, vocab_size=vocab_size, crossings=crossings, level=level, ax=left)
+    cache_bars(numbers, ax=right)
+    return fig
