@@ -18,7 +18,7 @@ of each path)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -164,12 +164,23 @@ def _shape(preset: str, d_latent: int, d_rope: int, heads: int) -> LatentShape:
     return replace(LATENT_PRESETS[preset], d_latent=d_latent, d_rope=d_rope, num_heads=heads)
 
 
-def _with_unit(n: float) -> tuple[float, str]:
-    """``n`` in thousands, millions or billions, whichever keeps it readable."""
-    for scale, unit in ((1e9, "billions"), (1e6, "millions"), (1e3, "thousands")):
+#: The top of the cache and step panels, in percent of their reference bar: room for the number above it.
+_TOP = 125.0
+#: The parameter panel's tops, in percent of MHA's: the first that holds MLA's bar with room above it.
+_PARAM_TOPS = (125.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
+
+
+def _param_top(data: dict[str, Any]) -> float:
+    ratio = 100.0 * data["parameters"]["MLA"] / data["parameters"]["MHA"]
+    return next((top for top in _PARAM_TOPS if ratio * 1.2 <= top), ratio * 1.25)
+
+
+def _short(n: float) -> str:
+    """``69_036_515_328`` -> ``"69 bn"``: a bar's count in three digits (k thousand, M million, bn billion)."""
+    for scale, unit in ((1e9, "bn"), (1e6, "M"), (1e3, "k")):
         if n >= scale:
-            return scale, unit
-    return 1.0, ""
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n):,}"
 
 
 _CACHE_COLORS = ("#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc")
@@ -243,22 +254,22 @@ class _LatentExplorer(Explorer):
         param_ax = fig.add_axes((0.44, 0.32, 0.16, 0.52))
         step_ax = fig.add_axes((0.7, 0.32, 0.24, 0.52))
         cache_bars = cache_ax.bar(range(4), np.zeros(4), color=_CACHE_COLORS, width=0.7)
-        cache_ax.set_ylabel("numbers cached per token and layer", fontsize=8)
+        cache_ax.set_xticks(range(4), list(data["cache"]), fontsize=8)
+        cache_ax.set_ylabel("numbers cached per token and layer\n(% of MHA's)", fontsize=8)
         cache_ax.set_title("the cache", fontsize=9)
         param_bars = param_ax.bar(range(2), np.zeros(2), color=[_CACHE_COLORS[0], _CACHE_COLORS[3]], width=0.6)
         param_ax.set_xticks(range(2), ["MHA", "MLA"], fontsize=8)
-        param_ax.set_title("parameters of a layer", fontsize=9)
+        param_ax.set_ylabel("parameters of a layer (% of MHA's)", fontsize=8)
+        param_ax.set_title("parameters", fontsize=9)
         parts = {}
-        bottom = np.zeros(2)
         for part, color in _PART_COLORS.items():
-            parts[part] = step_ax.bar(
-                range(2), np.zeros(2), bottom=bottom, color=color, width=0.6, label=_PART_NAMES[part]
-            )
+            parts[part] = step_ax.bar(range(2), np.zeros(2), color=color, width=0.6, label=_PART_NAMES[part])
         step_ax.set_xticks(range(2), ["materialised", "absorbed"], fontsize=8)
+        step_ax.set_ylabel("multiply-adds (% of materialised)", fontsize=8)
         # Under the step's axis, where no bar can reach.
         step_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-        cache_ax.set_xlabel("kv: key/value heads cached", fontsize=7)
         for ax in (cache_ax, param_ax, step_ax):
+            ax.set_ylim(0.0, _TOP)
             ax.yaxis.set_major_locator(MaxNLocator(5))  # few ticks: their text is most of a redraw
             ax.tick_params(labelsize=7)
             ax.grid(True, axis="y", alpha=0.3)
@@ -267,65 +278,63 @@ class _LatentExplorer(Explorer):
             name: [ax.text(i, 0.0, "", ha="center", va="bottom", fontsize=7) for i in range(count)]
             for name, ax, count in (("cache", cache_ax, 4), ("params", param_ax, 2), ("step", step_ax, 2))
         }
+        step_title = step_ax.text(0.5, 1.04, "", transform=step_ax.transAxes, ha="center", va="bottom", fontsize=9)
+        title = fig.text(0.5, 0.985, "", ha="center", va="top", fontsize=9)
         return {
             "axes": (cache_ax, param_ax, step_ax),
             "cache": cache_bars,
             "params": param_bars,
             "parts": parts,
             "labels": labels,
+            "titles": (title, step_title),
         }
 
+    def _static(self, data: dict[str, Any]) -> Hashable:
+        # Fixed axes (percentages of MHA's cache and parameters and of the materialised step): the frames, ticks and
+        # names are drawn once, and a move redraws only the bars and their numbers. The parameter panel grows when
+        # latent attention has more parameters than MHA.
+        return _param_top(data)
+
+    def _dynamic(self, artists):
+        bars = [*artists["cache"], *artists["params"], *(bar for bars in artists["parts"].values() for bar in bars)]
+        return [*bars, *(label for labels in artists["labels"].values() for label in labels), *artists["titles"]]
+
     def _update(self, artists, data):
-        cache_ax, param_ax, step_ax = artists["axes"]
+        param_ax = artists["axes"][1]
         shape = data["shape"]
-        # Linear axes, so that bar lengths compare; each axis follows its largest bar and each bar carries its value.
+        # Linear axes, in percent of the panel's reference bar, so that lengths compare; each bar carries its count.
         cache = np.array(list(data["cache"].values()), dtype=float)
-        names = [
-            f"MHA\n{shape.num_heads} kv",
-            f"GQA\n{data['gqa_kv_heads']} kv",
-            "MQA\n1 kv",
-            "MLA\nc_kv, k_r",
-        ]
-        cache_ax.set_xticks(range(4), names, fontsize=7)
-        for bar, label, value in zip(artists["cache"], artists["labels"]["cache"], cache, strict=True):
-            bar.set_height(value)
-            label.set_position((bar.get_x() + bar.get_width() / 2, value))
-            label.set_text(f"{int(value):,}")
-        cache_ax.set_ylim(0.0, 1.15 * cache.max())
+        kv = [f"\n{shape.num_heads} kv", f"\n{data['gqa_kv_heads']} kv", "\n1 kv", ""]
+        for bar, label, value, heads in zip(artists["cache"], artists["labels"]["cache"], cache, kv, strict=True):
+            bar.set_height(100.0 * value / cache[0])
+            label.set_position((bar.get_x() + bar.get_width() / 2, bar.get_height()))
+            label.set_text(f"{int(value):,}{heads}")
+        param_ax.set_ylim(0.0, _param_top(data))
         params = np.array([data["parameters"]["MHA"], data["parameters"]["MLA"]], dtype=float)
-        scale, unit = _with_unit(params.max())
-        for bar, label, value in zip(artists["params"], artists["labels"]["params"], params / scale, strict=True):
-            bar.set_height(value)
-            label.set_position((bar.get_x() + bar.get_width() / 2, value))
-            label.set_text(f"{value:.3g}")
-        param_ax.set_ylim(0.0, 1.15 * params.max() / scale)
-        param_ax.set_ylabel(f"parameters ({unit})" if unit else "parameters", fontsize=8)
+        for bar, label, value in zip(artists["params"], artists["labels"]["params"], params, strict=True):
+            bar.set_height(100.0 * value / params[0])
+            label.set_position((bar.get_x() + bar.get_width() / 2, bar.get_height()))
+            label.set_text(_short(value))
         totals = np.array([data["multiply_adds"]["materialised"], data["multiply_adds"]["absorbed"]], dtype=float)
-        scale, unit = _with_unit(totals.max())
         bottom = np.zeros(2)
         for part, bars in artists["parts"].items():
-            heights = np.array([getattr(data["steps"][path], part) for path in ("materialised", "absorbed")]) / scale
+            heights = 100.0 * np.array([getattr(data["steps"][path], part) for path in ("materialised", "absorbed")])
+            heights = heights / totals[0]
             for bar, base, height in zip(bars, bottom, heights, strict=True):
                 bar.set_y(base)
                 bar.set_height(height)
             bottom = bottom + heights
-        for label, x, total in zip(artists["labels"]["step"], range(2), totals / scale, strict=True):
-            label.set_position((x, total))
-            label.set_text(f"{total:.3g}")
-        step_ax.set_ylim(0.0, 1.15 * totals.max() / scale)
-        step_ax.set_ylabel(f"multiply-adds ({unit})" if unit else "multiply-adds", fontsize=8)
-        step_ax.set_title(f"one decoding step after {data['context']:,} tokens", fontsize=9)
+        for label, x, total in zip(artists["labels"]["step"], range(2), totals, strict=True):
+            label.set_position((x, 100.0 * total / totals[0]))
+            label.set_text(_short(total))
+        title, step_title = artists["titles"]
+        step_title.set_text(f"one decoding step after {data['context']:,} tokens")
         own = "" if data["as_published"] else " (sizes changed)"
-        cache_ax.figure.suptitle(
+        title.set_text(
             f"{data['preset']}{own}: d_model {shape.d_model}, {shape.num_heads} heads of {shape.d_head}, "
             f"d_latent {shape.d_latent}, d_rope {shape.d_rope}"
-            + ("" if shape.q_latent is None else f", q_latent {shape.q_latent}"),
-            fontsize=9,
-            y=0.985,
+            + ("" if shape.q_latent is None else f", q_latent {shape.q_latent}")
         )
-
-    def _dynamic(self, artists):
-        return None  # the axes follow the values: everything is drawn again
 
     def _caption_text(self, data: dict[str, Any]) -> str:
         cache, steps = data["cache"], data["multiply_adds"]

@@ -120,11 +120,30 @@ def test_the_explorer_opens_on_deepseek_v2_and_shows_its_numbers():
     assert data["parameters"] == attention_parameters(shape)
     for path in ("materialised", "absorbed"):
         assert data["multiply_adds"][path] == decoding_multiply_adds(shape, 4096, absorbed=path == "absorbed").total
-    heights = [bar.get_height() for bar in explorer.figure.axes[0].patches]
-    assert heights == [32768, 8192, 256, 576]
-    assert explorer.figure.axes[0].get_yscale() == "linear"
-    assert explorer.figure.axes[0].get_ylabel() == "numbers cached per token and layer"
+    cache_ax, param_ax, step_ax = explorer.figure.axes
+    # Each panel in percent of its reference bar (MHA's cache and parameters, the materialised step), on fixed linear
+    # axes that hold every bar, each bar labelled with its count.
+    heights = [bar.get_height() for bar in cache_ax.patches]
+    assert heights == pytest.approx([100 * n / 32768 for n in (32768, 8192, 256, 576)])
+    assert [t.get_text() for t in cache_ax.texts][3] == "576" and cache_ax.texts[0].get_text() == "32,768\n128 kv"
+    mla_share = 100 * data["parameters"]["MLA"] / data["parameters"]["MHA"]
+    assert [bar.get_height() for bar in param_ax.patches] == pytest.approx([100, mla_share])
+    totals = [sum(bar.get_height() for bar in step_ax.patches[i::2]) for i in (0, 1)]
+    steps = data["multiply_adds"]
+    assert totals == pytest.approx([100, 100 * steps["absorbed"] / steps["materialised"]])
+    for ax in (cache_ax, param_ax, step_ax):
+        assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+        assert max(bar.get_y() + bar.get_height() for bar in ax.patches) < ax.get_ylim()[1]
+    assert cache_ax.get_ylabel() == "numbers cached per token and layer\n(% of MHA's)"
     assert "576" in data["caption"] and "32,768" in data["caption"]
+
+
+def test_latent_attention_with_more_parameters_than_mha_still_fits_its_panel():
+    explorer = latent_explorer(preset="small", d_latent=2048)
+    param_ax = explorer.figure.axes[1]
+    share = 100 * explorer.data["parameters"]["MLA"] / explorer.data["parameters"]["MHA"]
+    assert share > 1000 and param_ax.patches[1].get_height() == pytest.approx(share)
+    assert share < param_ax.get_ylim()[1]
 
 
 def test_the_controls_change_the_numbers_as_the_formulas_say():
