@@ -9,12 +9,14 @@ import pytest
 from pinning import raises
 
 from mhsa_helpers.kv_cache_memory import (
+    LatentConfig,
     ModelConfig,
     bytes_per_element,
     format_bytes,
     kv_cache_bytes,
     kv_cache_bytes_for,
     kv_cache_variants,
+    latent_cache_bytes,
 )
 
 
@@ -147,3 +149,36 @@ def test_format_bytes_below_1024_stays_in_bytes_however_close():
     # Bytes print as whole numbers, so a float just under 1024 must not be rounded up into "1.00 KiB".
     assert format_bytes(1023.999) == "1023 bytes"
     assert format_bytes(1024.0) == "1.00 KiB"
+
+
+def test_latent_cache_bytes_counts_two_bytes_per_number_by_default():
+    assert latent_cache_bytes(num_layers=1, d_latent=1, d_rope=0, tokens=1) == 1 * 2
+    assert latent_cache_bytes(num_layers=3, d_latent=5, d_rope=2, tokens=7, batch=11) == 3 * (5 + 2) * 7 * 11 * 2
+
+
+@pytest.mark.parametrize("name", ["num_layers", "d_latent", "batch", "bytes_per_element"])
+def test_latent_cache_bytes_names_the_bad_argument_and_wants_at_least_1(name):
+    arguments = {"num_layers": 1, "d_latent": 1, "d_rope": 0, "tokens": 1, "batch": 1, "bytes_per_element": 1}
+    arguments[name] = 0
+    with raises(ValueError, f"{name} must be >= 1, got 0"):
+        latent_cache_bytes(**arguments)
+
+
+@pytest.mark.parametrize("name", ["d_rope", "tokens"])
+def test_latent_cache_bytes_takes_0_for_no_position_part_or_no_token_but_names_a_negative(name):
+    arguments = {"num_layers": 2, "d_latent": 3, "d_rope": 0, "tokens": 0, "batch": 1, "bytes_per_element": 1}
+    assert latent_cache_bytes(**arguments) == 0  # no token yet: an empty cache, with or without a position part
+    arguments[name] = -1
+    with raises(ValueError, f"{name} must be >= 0, got -1"):
+        latent_cache_bytes(**arguments)
+
+
+@pytest.mark.parametrize("name", ["num_layers", "num_heads", "head_dim", "d_latent"])
+def test_latent_config_names_the_bad_setting(name):
+    settings = {"num_layers": 1, "num_heads": 1, "head_dim": 1, "d_latent": 1, "d_rope": 0}
+    LatentConfig("toy", **settings)  # d_rope 0: no position part
+    settings[name] = 0
+    with raises(ValueError, f"{name} must be >= 1, got 0"):
+        LatentConfig("toy", **settings)
+    with raises(ValueError, "d_rope must be >= 0, got -2"):
+        LatentConfig("toy", **{**settings, name: 1, "d_rope": -2})
