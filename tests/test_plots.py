@@ -269,3 +269,17 @@ def test_plots_make_fixed_size_figures_and_nothing_random():
     b.canvas.draw()
     np.testing.assert_array_equal(np.asarray(a.canvas.buffer_rgba()), np.asarray(b.canvas.buffer_rgba()))
     assert math.isclose(a.get_size_inches()[0], 1.6 + 0.55 * 3)
+
+
+def test_trailing_mean_averages_the_last_window_values_fewer_at_the_start():
+    values = np.arange(1.0, 8.0)
+    expected = [np.mean(values[max(0, i - 2) : i + 1]) for i in range(7)]  # the recipe, spelled out
+    np.testing.assert_allclose(figures.trailing_mean(values, 3), expected)
+    assert figures.trailing_mean([1.0, 3.0, 5.0, 7.0], window=2).tolist() == [1.0, 2.0, 4.0, 6.0]
+    np.testing.assert_allclose(
+        figures.trailing_mean(np.arange(12.0)), [np.mean(np.arange(12.0)[max(0, i - 9) : i + 1]) for i in range(12)]
+    )  # 10 by default
+    with pytest.raises(ValueError, match="values must be a 1-D sequence of losses"):
+        figures.trailing_mean([[1.0]])
+    with pytest.raises(ValueError, match=r"^window must be an int >= 1, got window=0$"):
+        figures.trailing_mean(values, 0)

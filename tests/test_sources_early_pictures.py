@@ -17,6 +17,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from mhsa_helpers.lessons.causal_mhsa_with_rope import mhsa_explorer
 from mhsa_helpers.lessons.multi_head_attention import split_merge_diagram
+from mhsa_helpers.lessons.multi_head_latent_attention import absorption_diagram, latent_diagram
 from mhsa_helpers.lessons.qkv_by_hand import one_head_diagram
 from mhsa_helpers.teaching import figures
 
@@ -46,6 +47,8 @@ def on_an_edge(point, box, tol=1e-9) -> bool:
         lambda: one_head_diagram(("a", "b", "c", "d"), d_k=2),
         lambda: split_merge_diagram(seq=4, d_model=8, num_heads=2),
         lambda: split_merge_diagram(seq=3, d_model=12, num_heads=3),
+        latent_diagram,  # notebook 13
+        absorption_diagram,
     ],
 )
 def test_every_arrow_starts_and_ends_on_a_box(make):

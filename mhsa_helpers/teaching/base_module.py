@@ -127,11 +127,14 @@ def chunks(seq: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-def decoded(step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, what: str = "") -> torch.Tensor:
-    """``step(chunk, cache)`` over :func:`chunks` of ``x (batch, seq, features)`` with one package ``KVCache``, the
-    outputs joined along the sequence: ``(batch, seq, d_model)``. With ``what`` (``"your forward"``), each output must
-    be a tensor of ``(batch, new, ...)``, else :class:`~mhsa_helpers.teaching.checking.AnswerRejected` names it."""
-    cache = KVCache()
+def decoded(
+    step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, what: str = "", *, cache: Any = None
+) -> torch.Tensor:
+    """``step(chunk, cache)`` over :func:`chunks` of ``x (batch, seq, features)`` with one ``cache`` (default: a new
+    package ``KVCache``; latent attention passes a ``LatentCache``), the outputs joined along the sequence:
+    ``(batch, seq, d_model)``. With ``what`` (``"your forward"``), each output must be a tensor of
+    ``(batch, new, ...)``, else :class:`~mhsa_helpers.teaching.checking.AnswerRejected` names it."""
+    cache = KVCache() if cache is None else cache
     outputs = []
     for start, end in chunks(x.shape[1]):
         out = step(x[:, start:end], cache)

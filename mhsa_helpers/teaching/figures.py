@@ -49,6 +49,7 @@ __all__ = [
     "relative_luminance",
     "scores_heatmap",
     "symmetric_limit",
+    "trailing_mean",
 ]
 
 
@@ -69,6 +70,20 @@ def as_array(name: str, value: object, *, dtype=np.float64) -> np.ndarray:
             f"{name} must be a torch tensor or numpy array of numbers, got {type(value).__name__}"
         ) from None
     return array
+
+
+def trailing_mean(values: Sequence[float] | np.ndarray, window: int = 10) -> np.ndarray:
+    """``values (steps,)`` -> ``(steps,)``: the mean of the last ``window`` values at each step (fewer at the start),
+    as the loss curves of notebooks 07, 12 and 13 are smoothed."""
+    values = as_array("values", values)
+    if values.ndim != 1:
+        raise ValueError(f"values must be a 1-D sequence of losses, got shape {values.shape}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got window={window!r}")
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(0, ends - window)
+    return (sums[ends] - sums[starts]) / (ends - starts)
 
 
 def as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) -> np.ndarray:

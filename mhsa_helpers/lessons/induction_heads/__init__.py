@@ -53,7 +53,7 @@ from .exercises import (
     check_untrained_prediction,
 )
 from .explorer import example_index, training_explorer
-from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars, smooth
+from .figures import ablation_bars, layer_heatmaps, loss_curves, mark_copies, score_bars
 from .recall import check_recall
 
 __all__ = [
@@ -105,7 +105,6 @@ __all__ = [
     "residual_stream_diagram",
     "save_checkpoints",
     "score_bars",
-    "smooth",
     "split_losses",
     "train_induction",
     "training_explorer",

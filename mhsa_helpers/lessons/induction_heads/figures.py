@@ -15,7 +15,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes
+from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes, trailing_mean
 from ...teaching.induction.training import phase_change_step
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "loss_curves",
     "mark_copies",
     "score_bars",
-    "smooth",
 ]
 
 INDUCTION_COLOR = "#d62728"
@@ -36,19 +35,6 @@ OTHER_COLOR = "#7f7f7f"
 SCORE_COLORS = {"previous_token": "#1f77b4", "induction": "#d62728", "bos": "#bbbbbb"}
 _SCORE_LABELS = {"previous_token": "previous-token score", "induction": "induction score", "bos": "weight on BOS"}
 _COPY_COLORS = ("#2ca02c", "#ff7f0e")
-
-
-def smooth(values: Sequence[float], window: int = 10) -> np.ndarray:
-    """Trailing mean over the last ``window`` values (fewer at the start): ``(len(values),)``."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"values must be a 1-D sequence of losses, got shape {array.shape}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got window={window!r}")
-    sums = np.cumsum(np.concatenate([[0.0], array]))
-    ends = np.arange(1, len(array) + 1)
-    starts = np.maximum(0, ends - window)
-    return (sums[ends] - sums[starts]) / (ends - starts)
 
 
 def loss_curves(
@@ -76,7 +62,7 @@ def loss_curves(
         ("induction_loss", INDUCTION_COLOR, "repeated tokens (second copy)"),
     ):
         ax.plot(steps, history[key], color=color, alpha=0.25, linewidth=0.8)
-        ax.plot(steps, smooth(history[key], window), color=color, linewidth=2, label=label)
+        ax.plot(steps, trailing_mean(history[key], window), color=color, linewidth=2, label=label)
     ax.axhline(chance, color="black", linestyle=":", linewidth=1, label=f"chance: ln {vocab_size - 1} = {chance:.2f}")
     learned = phase_change_step(history["induction_loss"], window=window)
     if learned is not None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,7 +41,14 @@ from torch.overrides import TorchFunctionMode
 from ...heads import merge_heads, split_heads
 from ...mla import LatentCache, MultiHeadLatentAttention
 from ...rope import RotaryEmbedding
-from ...teaching.base_module import ModuleSize, learners_parent, output_pair, parent_not_written, verify_parent
+from ...teaching.base_module import (
+    ModuleSize,
+    decoded,
+    learners_parent,
+    output_pair,
+    parent_not_written,
+    verify_parent,
+)
 from ...teaching.checking import (
     AnswerRejected,
     Case,
@@ -493,28 +499,6 @@ def _package(size: _Size, dtype: torch.dtype) -> MultiHeadLatentAttention:
     return module.to(dtype).requires_grad_(False)
 
 
-def _chunks(seq: int) -> list[tuple[int, int]]:
-    """A prompt of 2 tokens, then one at a time."""
-    bounds = [0, *range(min(2, seq), seq + 1)]
-    return list(itertools.pairwise(bounds))
-
-
-def _decoded(step: Callable[[torch.Tensor, Any], Any], x: torch.Tensor, cache: Any, what: str = "") -> torch.Tensor:
-    """``step(chunk, cache)`` over :func:`_chunks` of ``x``, the outputs joined along the sequence."""
-    outputs = []
-    for start, end in _chunks(x.shape[1]):
-        out = step(x[:, start:end], cache)
-        if what:
-            out = output_tensor(out, what)
-            if out.shape[:-1] != x[:, start:end].shape[:-1]:
-                raise AnswerRejected(
-                    f"{what} returned shape {tuple(out.shape)} for {end - start} new token(s) "
-                    f"{tuple(x[:, start:end].shape)}: it must return (batch, new, d_model)"
-                )
-        outputs.append(out)
-    return torch.cat(outputs, dim=1)
-
-
 _remembered = Remembered(2048)
 
 
@@ -524,8 +508,8 @@ def _package_outputs(module: MultiHeadLatentAttention, x: torch.Tensor) -> tuple
         out, weights = cast(tuple[torch.Tensor, torch.Tensor], module(x, need_weights=True))
         absorbed = cast(torch.Tensor, module(x, absorbed=True))
         cache = LatentCache()
-        steps = _decoded(lambda chunk, held: module(chunk, cache=held), x, cache)
-        absorbed_steps = _decoded(lambda chunk, held: module(chunk, cache=held, absorbed=True), x, LatentCache())
+        steps = decoded(lambda chunk, held: module(chunk, cache=held), x, cache=cache)
+        absorbed_steps = decoded(lambda chunk, held: module(chunk, cache=held, absorbed=True), x, cache=LatentCache())
     return (
         full,
         out,
@@ -634,7 +618,7 @@ def _slipped(theirs: MultiHeadLatentAttention, x: torch.Tensor, slip: _Slip) -> 
     with torch.no_grad():
         out, weights, _ = _attend(theirs, x, None, slip)
         absorbed = _attend(theirs, x, None, slip, absorbed=True)[0]
-        decoded = []
+        outputs = []
         for way in (False, True):
             held: list[Any] = [None]
 
@@ -642,10 +626,10 @@ def _slipped(theirs: MultiHeadLatentAttention, x: torch.Tensor, slip: _Slip) -> 
                 result, _, held[0] = _attend(theirs, chunk, held[0], slip, absorbed=way)
                 return result
 
-            decoded.append(_decoded(step, x, None))
+            outputs.append(decoded(step, x))  # the step keeps its own cache
             if not way:
                 latents, rope_keys = held[0]
-    return out, out, weights, absorbed, decoded[0], decoded[1], latents, rope_keys
+    return out, out, weights, absorbed, outputs[0], outputs[1], latents, rope_keys
 
 
 def _mistake(slip: _Slip) -> Callable[..., tuple[torch.Tensor, ...]]:
@@ -921,13 +905,13 @@ def _drive(learner: Any, x: torch.Tensor, size: _Size, probe: Any, told: dict[st
     out, weights = output_pair(mine(x, need_weights=True))
     absorbed = output_tensor(mine(x, absorbed=True), "with absorbed=True, your forward")
     cache = LatentCache()
-    steps = _decoded(lambda chunk, held: mine(chunk, cache=held), x, cache, "through a LatentCache, your forward")
+    steps = decoded(lambda chunk, held: mine(chunk, cache=held), x, "through a LatentCache, your forward", cache=cache)
     latents, rope_keys = _held(cache, x)
-    absorbed_steps = _decoded(
+    absorbed_steps = decoded(
         lambda chunk, held: mine(chunk, cache=held, absorbed=True),
         x,
-        LatentCache(),
         "through a LatentCache with absorbed=True, your forward",
+        cache=LatentCache(),
     )
     return full, out, weights, absorbed, steps, absorbed_steps, latents, rope_keys
 

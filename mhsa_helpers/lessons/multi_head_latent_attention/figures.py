@@ -15,28 +15,14 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...teaching.figures import as_array, new_axes
+from ...teaching.figures import as_array, new_axes, trailing_mean
 
-__all__ = ["KIND_COLORS", "KIND_STYLES", "cache_bars", "kind_comparison", "kind_loss_curves", "trailing_mean"]
+__all__ = ["KIND_COLORS", "KIND_STYLES", "cache_bars", "kind_comparison", "kind_loss_curves"]
 
 #: One colour per kind of :data:`~.experiments.KINDS`, in its order (MHA black, MLA red).
 KIND_COLORS = ("#000000", "#1f77b4", "#2ca02c", "#d62728")
 #: One line style per kind: GQA's and MQA's curves can lie close together, so one of them is dashed.
 KIND_STYLES = ("-", "-", "--", "-")
-
-
-def trailing_mean(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
-    """``values (steps,)`` -> ``(steps,)``: the mean of the last ``window`` values at each step (fewer at the start),
-    as notebook 07 smooths its loss curves."""
-    values = as_array("values", values)
-    if values.ndim != 1:
-        raise ValueError(f"values must be a 1-D sequence of losses, got shape {values.shape}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got window={window!r}")
-    sums = np.cumsum(np.concatenate([[0.0], values]))
-    ends = np.arange(1, len(values) + 1)
-    starts = np.maximum(0, ends - window)
-    return (sums[ends] - sums[starts]) / (ends - starts)
 
 
 def _expect_styles(count: int, colors: Sequence[str], styles: Sequence[str]) -> None:

@@ -17,13 +17,12 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes, relative_luminance
+from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes, relative_luminance, trailing_mean
 
 __all__ = [
     "VARIANT_COLORS",
     "VARIANT_STYLES",
     "first_token_map",
-    "trailing_mean",
     "variant_loss_curves",
     "variant_maps",
 ]
@@ -32,20 +31,6 @@ __all__ = [
 VARIANT_COLORS = ("#000000", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c")
 #: One line style per variant: the two sinks' curves often lie on top of each other, so one of them is dashed.
 VARIANT_STYLES = ("-", "-", "--", "-", "-.")
-
-
-def trailing_mean(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
-    """``values (steps,)`` -> ``(steps,)``: the mean of the last ``window`` values at each step (fewer at the start),
-    as notebook 07 smooths its loss curves."""
-    values = as_array("values", values)
-    if values.ndim != 1:
-        raise ValueError(f"values must be a 1-D sequence of losses, got shape {values.shape}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got window={window!r}")
-    sums = np.cumsum(np.concatenate([[0.0], values]))
-    ends = np.arange(1, len(values) + 1)
-    starts = np.maximum(0, ends - window)
-    return (sums[ends] - sums[starts]) / (ends - starts)
 
 
 def variant_maps(

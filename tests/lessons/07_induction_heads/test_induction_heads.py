@@ -33,7 +33,6 @@ from mhsa_helpers.lessons.induction_heads import (
     previous_token_score,
     repeat_chunk,
     score_bars,
-    smooth,
     train_induction,
     training_explorer,
 )
@@ -330,12 +329,6 @@ def test_phase_change_step_is_the_first_window_below_the_threshold():
     assert phase_change_step([3.0] * 50) is None
     with pytest.raises(ValueError, match="window must be an int >= 1"):
         phase_change_step(losses, window=0)
-
-
-def test_smooth_is_a_trailing_mean():
-    assert smooth([1.0, 3.0, 5.0, 7.0], window=2).tolist() == [1.0, 2.0, 4.0, 6.0]
-    with pytest.raises(ValueError, match="values must be a 1-D sequence"):
-        smooth([[1.0]])
 
 
 # ------------------------------------------------------------------ the figures

@@ -38,7 +38,6 @@ from mhsa_helpers.lessons.sinks_and_gates.explorer import (
 )
 from mhsa_helpers.lessons.sinks_and_gates.figures import (
     first_token_map,
-    trailing_mean,
     variant_loss_curves,
     variant_maps,
 )
@@ -329,14 +328,6 @@ def test_variant_maps_share_one_0_1_scale_with_one_colour_bar():
         variant_maps({"x": {"a": torch.full((2, 4), 1.5)}})
     with pytest.raises(ValueError, match="same variants"):
         variant_maps({"x": {"a": torch.zeros(2, 4)}, "y": {"b": torch.zeros(2, 4)}})
-
-
-def test_trailing_mean_averages_the_last_window_steps():
-    values = np.arange(1.0, 8.0)
-    expected = [np.mean(values[max(0, i - 2) : i + 1]) for i in range(7)]
-    np.testing.assert_allclose(trailing_mean(values, 3), expected)
-    with pytest.raises(ValueError, match="window"):
-        trailing_mean(values, 0)
 
 
 def test_variant_loss_curves_draw_every_variant_against_chance():

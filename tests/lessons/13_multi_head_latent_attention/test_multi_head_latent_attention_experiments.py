@@ -11,7 +11,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pytest
 import torch
 
@@ -31,7 +30,6 @@ from mhsa_helpers.lessons.multi_head_latent_attention.figures import (
     cache_bars,
     kind_comparison,
     kind_loss_curves,
-    trailing_mean,
 )
 from mhsa_helpers.mla import LatentCache, MultiHeadLatentAttention
 from mhsa_helpers.teaching.induction import (
@@ -247,12 +245,6 @@ def test_the_notebook_config_is_an_induction_config_the_kinds_accept():
 
 
 # ---------------------------------------------------------------- the pictures
-
-
-def test_trailing_mean_averages_the_last_window_values():
-    np.testing.assert_allclose(trailing_mean([1.0, 3.0, 5.0, 7.0], 2), [1.0, 2.0, 4.0, 6.0])
-    with pytest.raises(ValueError, match="window"):
-        trailing_mean([1.0], 0)
 
 
 def test_the_loss_curves_share_one_axes_with_chance_and_the_threshold():

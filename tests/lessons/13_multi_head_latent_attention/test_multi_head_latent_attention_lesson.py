@@ -14,7 +14,6 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -214,34 +213,6 @@ def test_the_explorers_labels_do_not_overlap():
 
 
 # ---------------------------------------------------------------- the diagrams
-
-
-def boxes(fig) -> list[tuple[float, float, float, float]]:
-    """(x0, y0, x1, y1) of every tensor outline and operation box (as tests/test_sources_early_pictures.py)."""
-    found = []
-    for p in fig.axes[0].patches:
-        if (isinstance(p, Rectangle) and not p.get_fill()) or isinstance(p, FancyBboxPatch):
-            found.append((p.get_x(), p.get_y(), p.get_x() + p.get_width(), p.get_y() + p.get_height()))
-    return found
-
-
-def on_an_edge(point, box, tol=1e-9) -> bool:
-    x, y = point
-    x0, y0, x1, y1 = box
-    inside = x0 - tol <= x <= x1 + tol and y0 - tol <= y <= y1 + tol
-    return inside and min(abs(x - x0), abs(x - x1), abs(y - y0), abs(y - y1)) <= tol
-
-
-@pytest.mark.parametrize("make", [latent_diagram, absorption_diagram])
-def test_every_arrow_starts_and_ends_on_a_box(make):
-    fig = make()
-    drawn = boxes(fig)
-    arrows = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
-    assert arrows
-    for arrow in arrows:
-        start, end = arrow._posA_posB
-        assert any(on_an_edge(start, b) for b in drawn), f"an arrow starts in empty space at {start}"
-        assert any(on_an_edge(end, b) for b in drawn), f"an arrow ends in empty space at {end}"
 
 
 @pytest.mark.parametrize("make", [latent_diagram, absorption_diagram])
