@@ -23,6 +23,7 @@ from mhsa_helpers.teaching.checking import (
     Remembered,
     check_function,
     class_driver,
+    judge_class,
     output_tensor,
     own_code,
     raised_outside,
@@ -470,3 +471,72 @@ def test_the_driver_tells_code_outside_the_class_that_still_raises_and_keeps_it_
     with pytest.raises(AnswerRejected) as rejected:
         drive(torch.ones(1, 4), 4, probe=not_probing)
     assert str(rejected.value) == expected and told == {"not written": expected}
+
+
+# ------------------------------------------------------------------ judging a learner's class
+
+
+class Scaler(nn.Module):
+    """A learner's class of the right shape: ``Scaler(size)(x)`` is ``x * size``."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size = size
+
+    def forward(self, x):
+        return x * self.size, x.sum(-1)
+
+
+class ScalerSecondWrong(Scaler):
+    def forward(self, x):
+        return x * self.size, x.sum(-1) + 1
+
+
+def scaled(x, size, probe=None):
+    return x * size, x.sum(-1)
+
+
+SCALER_CASES = [Case((torch.arange(6.0).reshape(2, 3), 3), description="3 on a 2x3 x")]
+
+
+def judge_scaler(learner, **options):
+    return judge_class("Scaler", learner, "MyScaler", build_and_run, said_not_written, scaled, SCALER_CASES, **options)
+
+
+def test_judging_a_class_builds_it_for_each_case_and_returns_what_the_drive_was_told():
+    result, told = judge_scaler(Scaler)
+    assert (result.status, told) == ("correct", {})
+    wrong, _ = judge_scaler(ScalerSecondWrong, output_names=("the scaled x", "the row sums"))
+    assert wrong.status == "incorrect" and "the row sums" in wrong.symptom and "the scaled x" not in wrong.symptom
+
+
+def test_judging_a_class_draws_its_further_cases_from_the_answers_own_seed():
+    seeds = []
+
+    def draw(seed):
+        seeds.append(seed)
+        return [Case((torch.ones(1, 2), 5), description="drawn")]
+
+    result, _ = judge_scaler(Scaler, draw=draw)
+    assert result.status == "correct" and seeds == [checking.answer_seed(Scaler)]
+
+
+def test_judging_a_module_made_from_the_class_asks_for_the_class_and_what_is_not_callable_is_refused():
+    result, told = judge_scaler(Scaler(2))
+    assert result.status == "error" and told == {}
+    assert result.message == "[Scaler] not yet: pass your class itself, Scaler, not a module made from it."
+    block, _ = judge_scaler(Scaler(2), made="block")
+    assert block.message == "[Scaler] not yet: pass your class itself, Scaler, not a block made from it."
+    with pytest.raises(TypeError) as refused:
+        judge_scaler(3)
+    assert str(refused.value) == "learner must be a function or a class (your MyScaler), got int"
+
+
+def test_judging_a_class_whose_parent_still_raises_says_where_to_write_unless_the_parent_is_its_own_code():
+    result, told = judge_scaler(ChildOfUnwritten)
+    said = "ParentNotWritten.__init__ still raises NotImplementedError (NotImplementedError)."
+    assert result.status == "not_attempted" and result.message == f"[Scaler] not attempted yet: {said}"
+    assert told == {"not written": said}
+    # with the inherited methods as its own code, the stub is the answer's own: not attempted, as judge says it
+    own, told = judge_scaler(ChildOfUnwritten, inherited=True)
+    assert own.status == "not_attempted" and told == {} and said not in own.message

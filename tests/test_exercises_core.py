@@ -50,6 +50,7 @@ def test_module_exports_the_core_api():
         "class_driver",
         "escalate",
         "judge",
+        "judge_class",
         "learner_line",
         "noted",
         "output_tensor",

@@ -104,6 +104,7 @@ __all__ = [
     "class_driver",
     "escalate",
     "judge",
+    "judge_class",
     "learner_line",
     "noted",
     "output_tensor",
@@ -1602,3 +1603,50 @@ def class_driver(
                 raise AnswerRejected(said) from error
 
     return drive
+
+
+def judge_class(
+    exercise: str,
+    learner: Any,
+    class_name: str,
+    drive_once: Callable[[Any, torch.Tensor, Any, Any, dict[str, str]], Any],
+    not_written: Callable[[str, NotImplementedError], str],
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    misconceptions: Sequence[Misconception] = (),
+    *,
+    inherited: bool = False,
+    made: str = "module",
+    square_cases: Sequence[Case] = (),
+    output_names: Sequence[str] = (),
+    shortcuts: Sequence[str] = (),
+    draw: Callable[[int], Sequence[Case]] | None = None,
+) -> tuple[CheckResult, dict[str, str]]:
+    """:func:`judge` of a learner's *class* (``class_name``, e.g. ``"MyBlock"``), run through :func:`class_driver`;
+    the verdict, not yet told, and what the drive noticed (``told``: e.g. ``"shortcut"``, the package's class used).
+
+    A ``made`` (a module, a block) built from the class is sent back with an error asking for the class itself;
+    what is not callable is a TypeError. ``draw(seed)`` makes the drawn cases from the answer's own seed
+    (:func:`answer_seed`). An answer whose numbers differ only because code outside the learner's class is not
+    written yet is not attempted, and the message says where to write it."""
+    if isinstance(learner, torch.nn.Module):
+        message = f"[{exercise}] not yet: pass your class itself, {type(learner).__name__}, not a {made} made from it."
+        return CheckResult(exercise, "error", message), {}
+    if not callable(learner):
+        raise TypeError(f"learner must be a function or a class (your {class_name}), got {type(learner).__name__}")
+    told: dict[str, str] = {}
+    seed = answer_seed(learner)
+    result = judge(
+        exercise,
+        class_driver(learner, told, drive_once, not_written, inherited=inherited),
+        reference,
+        cases,
+        misconceptions,
+        square_cases=square_cases,
+        output_names=output_names,
+        shortcuts=shortcuts,
+        draw=None if draw is None else lambda _: draw(seed),
+    )
+    if "not written" in told and result.status == "incorrect":
+        result = CheckResult(exercise, "not_attempted", f"[{exercise}] not attempted yet: {told['not written']}")
+    return result, told

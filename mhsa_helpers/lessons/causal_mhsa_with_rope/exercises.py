@@ -38,12 +38,10 @@ from ...teaching.checking import (
     CheckResult,
     Misconception,
     Remembered,
-    answer_seed,
     check_function,
     checking_state,
-    class_driver,
     escalate,
-    judge,
+    judge_class,
     learner_line,
     noted,
     output_tensor,
@@ -1324,43 +1322,35 @@ def check_my_block(learner, *, verbose: bool = True) -> CheckResult:
     block is compared, its attention alone must give the package attention's outputs: when it does not, the
     message sends the learner to exercise 4's checker instead of blaming the block; when it still raises
     NotImplementedError, the block is not attempted yet and the message says which code raises it."""
-    if isinstance(learner, nn.Module):
-        result = CheckResult(
-            _BLOCK,
-            "error",
-            f"[{_BLOCK}] not yet: pass your class itself, {type(learner).__name__}, not a block made from it.",
+    result, told = judge_class(
+        _BLOCK,
+        learner,
+        "MyBlock",
+        _drive,
+        _attention_not_written,
+        _block_reference,
+        _block_cases(),
+        BLOCK_MISCONCEPTIONS,
+        # The block's own code: its class's methods and those of every class of the learner's it extends.
+        inherited=True,
+        made="block",
+        output_names=("the full pass", "token by token through a cache"),
+        shortcuts=("TransformerBlock", "MultiHeadSelfAttention"),
+        draw=_draw_blocks,
+    )
+    if result.status == "not_attempted" and "not written" not in told and _attention_unwritten(learner):
+        result = replace(
+            result,
+            message=f"{result.message} Its attention, your MyCausalSelfAttention of exercise 4, is not written "
+            "yet either: write and check it first.",
         )
-    elif not callable(learner):
-        raise TypeError(f"learner must be a function or a class (your MyBlock), got {type(learner).__name__}")
-    else:
-        told: dict[str, str] = {}
-        seed = answer_seed(learner)
-        result = judge(
-            _BLOCK,
-            # The block's own code: its class's methods and those of every class of the learner's it extends.
-            class_driver(learner, told, _drive, _attention_not_written, inherited=True),
-            _block_reference,
-            _block_cases(),
-            BLOCK_MISCONCEPTIONS,
-            output_names=("the full pass", "token by token through a cache"),
-            shortcuts=("TransformerBlock", "MultiHeadSelfAttention"),
-            draw=lambda _: _draw_blocks(seed),
+    elif "shortcut" in told and result.status in ("correct", "misconception", "incorrect"):
+        note = (
+            " Note: your block is the package's `TransformerBlock`, which does what this exercise asks you to "
+            "write yourself; write it from section 7's two lines to see how it works."
         )
-        if "not written" in told and result.status == "incorrect":
-            result = CheckResult(_BLOCK, "not_attempted", f"[{_BLOCK}] not attempted yet: {told['not written']}")
-        elif result.status == "not_attempted" and _attention_unwritten(learner):
-            result = replace(
-                result,
-                message=f"{result.message} Its attention, your MyCausalSelfAttention of exercise 4, is not written "
-                "yet either: write and check it first.",
-            )
-        elif "shortcut" in told and result.status in ("correct", "misconception", "incorrect"):
-            note = (
-                " Note: your block is the package's `TransformerBlock`, which does what this exercise asks you to "
-                "write yourself; write it from section 7's two lines to see how it works."
-            )
-            result = noted(result, note, (*result.shortcuts, told["shortcut"]))
-        result = escalate(result)
+        result = noted(result, note, (*result.shortcuts, told["shortcut"]))
+    result = escalate(result)
     if verbose:
         print(result.message)
     return result

@@ -55,11 +55,9 @@ from ...teaching.checking import (
     CheckResult,
     Misconception,
     Remembered,
-    answer_seed,
     check_function,
-    class_driver,
     escalate,
-    judge,
+    judge_class,
     output_tensor,
     random_tensor,
 )
@@ -975,31 +973,21 @@ def check_my_latent_attention(learner: Any, *, verbose: bool = True) -> CheckRes
     output and weights, absorbed pass, decodes through a ``LatentCache`` (both paths) and cache contents. The class it
     extends is checked alone first; when it already differs from the package's attention, the learner is sent back
     to notebook 06."""
-    if isinstance(learner, nn.Module):
-        result = CheckResult(
-            _EXERCISE,
-            "error",
-            f"[{_EXERCISE}] not yet: pass your class itself, {type(learner).__name__}, not a module made from it.",
-        )
-    elif not callable(learner):
-        raise TypeError(f"learner must be a function or a class (your {_NAME}), got {type(learner).__name__}")
-    else:
-        told: dict[str, str] = {}
-        seed = answer_seed(learner)
-        result = judge(
-            _EXERCISE,
-            class_driver(learner, told, _drive, parent_not_written),
-            _module_reference,
-            _module_cases(),
-            LATENT_MODULE_MISCONCEPTIONS,
-            square_cases=_module_square_cases(),
-            output_names=OUTPUT_NAMES,
-            shortcuts=("MultiHeadLatentAttention", "attend_absorbed", "attend_materialised"),
-            draw=lambda _: _draw_modules(seed),
-        )
-        if "not written" in told and result.status == "incorrect":
-            result = CheckResult(_EXERCISE, "not_attempted", f"[{_EXERCISE}] not attempted yet: {told['not written']}")
-        result = escalate(result)
+    result, _ = judge_class(
+        _EXERCISE,
+        learner,
+        _NAME,
+        _drive,
+        parent_not_written,
+        _module_reference,
+        _module_cases(),
+        LATENT_MODULE_MISCONCEPTIONS,
+        square_cases=_module_square_cases(),
+        output_names=OUTPUT_NAMES,
+        shortcuts=("MultiHeadLatentAttention", "attend_absorbed", "attend_materialised"),
+        draw=_draw_modules,
+    )
+    result = escalate(result)
     if verbose:
         print(result.message)
     return result

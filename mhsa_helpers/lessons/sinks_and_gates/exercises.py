@@ -49,11 +49,9 @@ from ...teaching.checking import (
     CheckResult,
     Misconception,
     Remembered,
-    answer_seed,
     check_function,
-    class_driver,
     escalate,
-    judge,
+    judge_class,
     noted,
     output_tensor,
     random_tensor,
@@ -1088,48 +1086,37 @@ def check_my_sink_gate_attention(learner: Any, *, verbose: bool = True) -> Check
     alone, must give the package's plain attention: when it does not, the message sends the learner to notebook 06's
     exercise 4 instead of blaming the new lines. A probe with every value zero names a sink that carries a value; a
     backward pass must reach the sinks and the gate's weight."""
-    if isinstance(learner, nn.Module):
-        result = CheckResult(
-            _EXERCISE,
-            "error",
-            f"[{_EXERCISE}] not yet: pass your class itself, {type(learner).__name__}, not a module made from it.",
+    result, told = judge_class(
+        _EXERCISE,
+        learner,
+        _NAME,
+        _drive,
+        parent_not_written,
+        _module_reference,
+        _module_cases(),
+        SINK_GATE_MISCONCEPTIONS,
+        square_cases=_module_square_cases(),
+        output_names=(
+            "the full pass",
+            "the output with need_weights=True",
+            "the weights with need_weights=True",
+            "decoded through a cache, 2 tokens then one at a time",
+        ),
+        shortcuts=("MultiHeadSelfAttention", "multi_head_self_attention", "scaled_dot_product_attention"),
+        draw=_draw_modules,
+    )
+    if (
+        "shortcut" in told
+        and told["shortcut"] not in result.shortcuts  # its own __init__ calling the package's: noted already
+        and result.status in ("correct", "misconception", "incorrect")
+    ):
+        note = (
+            " Note: your module is the package's `MultiHeadSelfAttention`, which does what this exercise asks "
+            "you to write yourself; write the sink and the gate into your own MyCausalSelfAttention to see how "
+            "they work."
         )
-    elif not callable(learner):
-        raise TypeError(f"learner must be a function or a class (your {_NAME}), got {type(learner).__name__}")
-    else:
-        told: dict[str, str] = {}
-        seed = answer_seed(learner)
-        result = judge(
-            _EXERCISE,
-            # The learner's own code: its class's own methods, not those it inherits from the class it extends.
-            class_driver(learner, told, _drive, parent_not_written),
-            _module_reference,
-            _module_cases(),
-            SINK_GATE_MISCONCEPTIONS,
-            square_cases=_module_square_cases(),
-            output_names=(
-                "the full pass",
-                "the output with need_weights=True",
-                "the weights with need_weights=True",
-                "decoded through a cache, 2 tokens then one at a time",
-            ),
-            shortcuts=("MultiHeadSelfAttention", "multi_head_self_attention", "scaled_dot_product_attention"),
-            draw=lambda _: _draw_modules(seed),
-        )
-        if "not written" in told and result.status == "incorrect":
-            result = CheckResult(_EXERCISE, "not_attempted", f"[{_EXERCISE}] not attempted yet: {told['not written']}")
-        elif (
-            "shortcut" in told
-            and told["shortcut"] not in result.shortcuts  # its own __init__ calling the package's: noted already
-            and result.status in ("correct", "misconception", "incorrect")
-        ):
-            note = (
-                " Note: your module is the package's `MultiHeadSelfAttention`, which does what this exercise asks "
-                "you to write yourself; write the sink and the gate into your own MyCausalSelfAttention to see how "
-                "they work."
-            )
-            result = noted(result, note, (*result.shortcuts, told["shortcut"]))
-        result = escalate(result)
+        result = noted(result, note, (*result.shortcuts, told["shortcut"]))
+    result = escalate(result)
     if verbose:
         print(result.message)
     return result
