@@ -283,3 +283,51 @@ def test_trailing_mean_averages_the_last_window_values_fewer_at_the_start():
         figures.trailing_mean([[1.0]])
     with pytest.raises(ValueError, match=r"^window must be an int >= 1, got window=0$"):
         figures.trailing_mean(values, 0)
+
+
+def test_induction_loss_curves_draw_each_run_raw_and_smoothed_against_chance_and_the_phase_change():
+    histories = {"A": [3.4, 2.0, 0.5, 0.3, 0.2], "B": [3.4, 3.3, 3.0, 2.0]}
+    ax = figures.induction_loss_curves(histories, vocab_size=32, colors=("red", "blue"), styles=("-", "--"), window=2)
+    lines = ax.get_lines()
+    for name, color, style in (("A", "red", "-"), ("B", "blue", "--")):
+        losses = histories[name]
+        raw, smooth = [line for line in lines if line.get_color() == color]
+        assert raw.get_ydata().tolist() == losses and raw.get_linewidth() < smooth.get_linewidth()
+        expected = [np.mean(losses[max(0, i - 1) : i + 1]) for i in range(len(losses))]  # the 2-step recipe
+        np.testing.assert_allclose(smooth.get_ydata(), expected)
+        assert (smooth.get_label(), smooth.get_linestyle()) == (name, style)
+    levels = {line.get_label(): line.get_ydata()[0] for line in lines if len(line.get_xdata()) == 2}
+    assert levels == {"chance: ln 31 = 3.43": pytest.approx(math.log(31)), "1.0: the circuit has formed": 1.0}
+    assert ax.get_xlim() == (0, 5) and ax.get_ylim() == (0, 4.0)
+    assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "loss on the repeated tokens (nats)"
+    assert ax.get_legend() is not None
+    # a larger vocabulary lifts the chance line and the top; another level gets its own line
+    ax = figures.induction_loss_curves(histories, vocab_size=200, colors="rb", styles="--", level=2.5)
+    levels = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines() if len(line.get_xdata()) == 2}
+    assert levels["2.5 nats"] == 2.5 and ax.get_ylim()[1] == pytest.approx(math.log(199) + 0.5)
+    np.testing.assert_allclose(  # 10 steps by default: the whole history
+        ax.get_lines()[1].get_ydata(), np.cumsum(histories["A"]) / np.arange(1, 6)
+    )
+
+
+@pytest.mark.parametrize(
+    ("histories", "options", "message"),
+    [
+        ({}, {}, "histories must map at least one run's name to its losses"),
+        ([[1.0]], {}, "histories must map at least one run's name to its losses"),
+        ({"A": [1.0]}, {"vocab_size": 2}, "vocab_size must be an int >= 3 (BOS and two ordinary tokens), got 2"),
+        ({"A": [1.0]}, {"vocab_size": True}, "vocab_size must be an int >= 3 (BOS and two ordinary tokens), got True"),
+        ({"A": [1.0], "B": [1.0]}, {"colors": "r"}, "colors and styles must give one per run (2), got 1 and 2"),
+        ({"A": [1.0], "B": [1.0]}, {"styles": "-"}, "colors and styles must give one per run (2), got 2 and 1"),
+        ({"A": [1.0]}, {"level": 0.0}, "level must be a loss > 0 (nats), got level=0.0"),
+        ({"A": [1.0]}, {"level": True}, "level must be a loss > 0 (nats), got level=True"),
+        ({"A": [[1.0]]}, {}, "histories must hold 1-D sequences of losses, got shape (1, 1) for 'A'"),
+        ({"A": []}, {}, "histories must hold 1-D sequences of losses, got shape (0,) for 'A'"),
+    ],
+)
+def test_induction_loss_curves_refuse_what_they_cannot_draw(histories, options, message):
+    arguments = {"vocab_size": 32, "colors": "rb", "styles": "--", **options}
+    with pytest.raises(ValueError) as refused:
+        figures.induction_loss_curves(histories, **arguments)
+    assert str(refused.value) == message
+    plt.close("all")

@@ -19,7 +19,7 @@ Figures that belong to one lesson live in its folder (e.g. the RoPE pictures in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ __all__ = [
     "benchmark_plot",
     "expect_tokens",
     "head_grid",
+    "induction_loss_curves",
     "mask_heatmap",
     "new_axes",
     "relative_luminance",
@@ -84,6 +85,57 @@ def trailing_mean(values: Sequence[float] | np.ndarray, window: int = 10) -> np.
     ends = np.arange(1, len(values) + 1)
     starts = np.maximum(0, ends - window)
     return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def induction_loss_curves(
+    histories: Mapping[str, Sequence[float]],
+    *,
+    vocab_size: int,
+    colors: Sequence[str],
+    styles: Sequence[str],
+    level: float = 1.0,
+    window: int = 10,
+    ax: Axes | None = None,
+) -> Axes:
+    """Several runs' per-step losses on the repeated tokens of notebook 07's task (``histories``: name -> ``(steps,)``
+    losses, a run's ``induction_loss``) on one axes, as notebooks 12 and 13 compare their variants: thin lines per
+    step, thick lines their ``window``-step :func:`trailing_mean`, a dotted line at chance ``ln(vocab_size - 1)``
+    (the tokens are drawn from ``vocab_size - 1`` ids) and a dashed one at 1.0, the level
+    :func:`~mhsa_helpers.teaching.induction.phase_change_step` waits for (and one at ``level`` when it is another).
+    ``colors``, ``styles``: one per run."""
+    if not isinstance(histories, Mapping) or not histories:
+        raise ValueError("histories must map at least one run's name to its losses")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 3:
+        raise ValueError(f"vocab_size must be an int >= 3 (BOS and two ordinary tokens), got {vocab_size!r}")
+    if len(colors) < len(histories) or len(styles) < len(histories):
+        raise ValueError(
+            f"colors and styles must give one per run ({len(histories)}), got {len(colors)} and {len(styles)}"
+        )
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not level > 0:
+        raise ValueError(f"level must be a loss > 0 (nats), got level={level!r}")
+    if ax is None:
+        ax = new_axes((7.5, 3.6))
+    chance = math.log(vocab_size - 1)
+    longest = 0
+    for (name, losses), color, style in zip(histories.items(), colors, styles, strict=False):
+        values = as_array(name, losses)
+        if values.ndim != 1 or not len(values):
+            raise ValueError(f"histories must hold 1-D sequences of losses, got shape {values.shape} for {name!r}")
+        steps = np.arange(len(values))
+        ax.plot(steps, values, color=color, alpha=0.15, linewidth=0.7)
+        ax.plot(steps, trailing_mean(values, window), color=color, linestyle=style, linewidth=1.8, label=name)
+        longest = max(longest, len(values))
+    ax.axhline(chance, color="black", linestyle=":", linewidth=1, label=f"chance: ln {vocab_size - 1} = {chance:.2f}")
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8, label="1.0: the circuit has formed")
+    if level != 1.0:
+        ax.axhline(level, color="0.6", linestyle="--", linewidth=0.8, label=f"{level:g} nats")
+    ax.set_xlim(0, longest)
+    ax.set_ylim(0, max(4.0, chance + 0.5))
+    ax.set_xlabel("training step", fontsize=9)
+    ax.set_ylabel("loss on the repeated tokens (nats)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.legend(fontsize=7, loc="lower left", framealpha=0.9, ncol=2)
+    return ax
 
 
 def as_matrix(name: str, value: object, shape_hint: str, *, dtype=np.float64) -> np.ndarray:

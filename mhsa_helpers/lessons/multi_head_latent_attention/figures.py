@@ -7,7 +7,6 @@ below the cell.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -15,7 +14,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...teaching.figures import as_array, new_axes, trailing_mean
+from ...teaching.figures import as_array, induction_loss_curves, new_axes
 
 __all__ = ["KIND_COLORS", "KIND_STYLES", "cache_bars", "kind_comparison", "kind_loss_curves"]
 
@@ -23,11 +22,6 @@ __all__ = ["KIND_COLORS", "KIND_STYLES", "cache_bars", "kind_comparison", "kind_
 KIND_COLORS = ("#000000", "#1f77b4", "#2ca02c", "#d62728")
 #: One line style per kind: GQA's and MQA's curves can lie close together, so one of them is dashed.
 KIND_STYLES = ("-", "-", "--", "-")
-
-
-def _expect_styles(count: int, colors: Sequence[str], styles: Sequence[str]) -> None:
-    if len(colors) < count or len(styles) < count:
-        raise ValueError(f"colors and styles must give one per kind ({count}), got {len(colors)} and {len(styles)}")
 
 
 def kind_loss_curves(
@@ -42,47 +36,20 @@ def kind_loss_curves(
     ax: Axes | None = None,
 ) -> Axes:
     """Each kind's per-step loss on the repeated tokens (``histories``: name -> ``(steps,)`` losses, a run's
-    ``induction_loss``) on one axes: thin lines per step, thick lines their ``window``-step trailing mean, a dotted
-    line at chance ``ln(vocab_size - 1)`` (the tokens are drawn from ``vocab_size - 1`` ids) and a dashed one at 1.0,
-    the level :func:`~mhsa_helpers.teaching.induction.phase_change_step` waits for. ``crossings`` (name -> step or
-    None, e.g. ``result.steps_below(level)``), if given, marks the step at which each kind's trailing mean first fell
-    below ``level`` with a dot on a dashed line at ``level`` (1.0: the phase change). ``colors``, ``styles``: one per
-    kind."""
-    if not isinstance(histories, Mapping) or not histories:
-        raise ValueError("histories must map at least one kind's name to its losses")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 3:
-        raise ValueError(f"vocab_size must be an int >= 3 (BOS and two ordinary tokens), got {vocab_size!r}")
+    ``induction_loss``) on one axes, in the kinds' colours, as
+    :func:`~mhsa_helpers.teaching.figures.induction_loss_curves` draws them (with a dashed line at ``level``).
+    ``crossings`` (name -> step or None, e.g. ``result.steps_below(level)``), if given, marks the step at which
+    each kind's trailing mean first fell below ``level`` with a dot on that line."""
     if crossings is not None and set(crossings) - set(histories):
         raise ValueError(f"crossings must name kinds of histories {list(histories)}, got {sorted(set(crossings))}")
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not level > 0:
-        raise ValueError(f"level must be a loss > 0 (nats), got level={level!r}")
-    _expect_styles(len(histories), colors, styles)
-    if ax is None:
-        ax = new_axes((7.5, 3.6))
-    chance = math.log(vocab_size - 1)
-    longest = 0
-    for (name, losses), color, style in zip(histories.items(), colors, styles, strict=False):
-        values = as_array(name, losses)
-        if values.ndim != 1 or not len(values):
-            raise ValueError(f"histories must hold 1-D sequences of losses, got shape {values.shape} for {name!r}")
-        steps = np.arange(len(values))
-        ax.plot(steps, values, color=color, alpha=0.15, linewidth=0.7)
-        ax.plot(steps, trailing_mean(values, window), color=color, linestyle=style, linewidth=1.8, label=name)
+    ax = induction_loss_curves(
+        histories, vocab_size=vocab_size, colors=colors, styles=styles, level=level, window=window, ax=ax
+    )
+    for name, color in zip(histories, colors, strict=False):
         step = None if crossings is None else crossings.get(name)
         if step is not None:
             # phase_change_step counts the losses seen: its trailing mean first falls below level at index step - 1.
             ax.plot([step - 1], [level], marker="o", markersize=6, color=color, markeredgecolor="white", zorder=5)
-        longest = max(longest, len(values))
-    ax.axhline(chance, color="black", linestyle=":", linewidth=1, label=f"chance: ln {vocab_size - 1} = {chance:.2f}")
-    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8, label="1.0: the circuit has formed")
-    if level != 1.0:
-        ax.axhline(level, color="0.6", linestyle="--", linewidth=0.8, label=f"{level:g} nats")
-    ax.set_xlim(0, longest)
-    ax.set_ylim(0, max(4.0, chance + 0.5))
-    ax.set_xlabel("training step", fontsize=9)
-    ax.set_ylabel("loss on the repeated tokens (nats)", fontsize=9)
-    ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7, loc="lower left", framealpha=0.9, ncol=2)
     return ax
 
 

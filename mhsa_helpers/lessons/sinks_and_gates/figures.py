@@ -8,7 +8,6 @@ below the cell.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -17,7 +16,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ...teaching.figures import WEIGHTS_CMAP, as_array, new_axes, relative_luminance, trailing_mean
+from ...teaching.figures import WEIGHTS_CMAP, as_array, induction_loss_curves, relative_luminance
 
 __all__ = [
     "VARIANT_COLORS",
@@ -105,36 +104,9 @@ def variant_loss_curves(
     ax: Axes | None = None,
 ) -> Axes:
     """Each variant's per-step loss on the repeated tokens (``histories``: name -> losses, e.g. a run's
-    ``induction_loss``) on one axes: thin lines per step, thick lines their ``window``-step trailing mean, a dotted
-    line at chance ``ln(vocab_size - 1)`` and a dashed one at 1.0, the level
-    :func:`~mhsa_helpers.teaching.induction.phase_change_step` waits for. ``colors``, ``styles``: one per variant."""
-    if not histories:
-        raise ValueError("histories must name at least one variant")
-    if len(colors) < len(histories) or len(styles) < len(histories):
-        raise ValueError(
-            f"colors and styles must give one per variant ({len(histories)}), got {len(colors)} and {len(styles)}"
-        )
-    if ax is None:
-        ax = new_axes((7.5, 3.6))
-    chance = math.log(vocab_size - 1)
-    longest = 0
-    for (name, losses), color, style in zip(histories.items(), colors, styles, strict=False):
-        values = as_array(name, losses)
-        if values.ndim != 1 or not len(values):
-            raise ValueError(f"histories must hold 1-D sequences of losses, got shape {values.shape} for {name!r}")
-        steps = np.arange(len(values))
-        ax.plot(steps, values, color=color, alpha=0.15, linewidth=0.7)
-        ax.plot(steps, trailing_mean(values, window), color=color, linestyle=style, linewidth=1.8, label=name)
-        longest = max(longest, len(values))
-    ax.axhline(chance, color="black", linestyle=":", linewidth=1, label=f"chance: ln {vocab_size - 1} = {chance:.2f}")
-    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8, label="1.0: the circuit has formed")
-    ax.set_xlim(0, longest)
-    ax.set_ylim(0, max(4.0, chance + 0.5))
-    ax.set_xlabel("training step", fontsize=9)
-    ax.set_ylabel("loss on the repeated tokens (nats)", fontsize=9)
-    ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7, loc="lower left", framealpha=0.9, ncol=2)
-    return ax
+    ``induction_loss``) on one axes, in the variants' colours, as
+    :func:`~mhsa_helpers.teaching.figures.induction_loss_curves` draws them."""
+    return induction_loss_curves(histories, vocab_size=vocab_size, colors=colors, styles=styles, window=window, ax=ax)
 
 
 def first_token_map(first_token: torch.Tensor | np.ndarray, *, fig: Figure | None = None) -> Figure:
