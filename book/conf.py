@@ -13,7 +13,9 @@ image becomes a local icon, and any other remote image fails the build.
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -25,7 +27,12 @@ from mhsa_helpers.lessons import LESSONS
 # Where the notebooks are published, the branch the Colab links open and the notebooks' "Open in Colab"
 # badge (a remote image, drawn here by ``_static/site.css`` instead): one place, mhsa_helpers.lessons.links.
 from mhsa_helpers.lessons.links import BRANCH as REPOSITORY_BRANCH
-from mhsa_helpers.lessons.links import COLAB_BADGE, COLAB_URL, REPOSITORY_URL
+from mhsa_helpers.lessons.links import COLAB_BADGE, COLAB_URL, REPOSITORY_URL, colab_link
+from mhsa_helpers.teaching.site_explorers import PAGE_BUDGET, SITE_BUDGET, site_explorers
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The explorers' precomputed pictures, kept between builds of the same code (see site_explorers).
+EXPLORER_CACHE = ROOT / "build" / "site-explorers"
 
 MATHJAX = Path(importlib.util.find_spec("mathjax").origin).parent / "static" / "mathjax" / "es5"
 
@@ -117,6 +124,60 @@ class LocaliseRemoteImages(SphinxTransform):
                 raise ValueError(f"{self.env.docname}: remote image {uri!r} would be fetched by every reader's browser")
 
 
+def make_explorers(app) -> None:
+    """Each explorer's settings and pictures (computed once per version of the code), copied into
+    ``_static/explorers/<notebook>-<cell>/``; a page whose explorers' pictures pass PAGE_BUDGET bytes, or a site
+    passing SITE_BUDGET, fails the build."""
+    app.site_explorers = {}
+    if app.builder.format != "html":
+        return
+    app.site_explorers = site_explorers(LESSONS, ROOT, EXPLORER_CACHE)
+    total = 0
+    pages: dict[str, int] = {}
+    for key, manifest in app.site_explorers.items():
+        target = Path(app.outdir) / "_static" / "explorers" / key
+        shutil.copytree(Path(manifest["folder"]) / "pictures", target, dirs_exist_ok=True)
+        size = sum(path.stat().st_size for path in target.iterdir())
+        total += size
+        page = key.rsplit("-", 1)[0]
+        pages[page] = pages.get(page, 0) + size
+    for page, size in pages.items():
+        if size > PAGE_BUDGET:
+            raise ValueError(f"{page}: its explorers' pictures take {size:,} bytes, over the {PAGE_BUDGET:,} budget")
+    if total > SITE_BUDGET:
+        raise ValueError(f"the explorers' pictures take {total:,} bytes, over the site's {SITE_BUDGET:,} budget")
+
+
+class ExplorersWithoutKernel(SphinxTransform):
+    """After each explorer cell's picture, the explorer's controls as the website can move them (hidden until
+    ``explorers.js`` shows them in place of the picture): the manifest of its precomputed settings, inline."""
+
+    default_priority = 200
+
+    def apply(self, **kwargs: object) -> None:
+        explorers = getattr(self.app, "site_explorers", {})
+        page = PurePosixPath(self.env.docname)
+        up = "../" * (len(page.parts) - 1)
+        for cell in list(self.document.findall(nodes.container)):
+            if cell.get("nb_element") != "cell_code":
+                continue
+            key = f"{page.name}-{cell.get('cell_index')}"
+            if key not in explorers:
+                continue
+            manifest = {k: v for k, v in explorers[key].items() if k != "folder"}
+            manifest["pictures"] = f"{up}_static/explorers/{key}/"
+            manifest["colab"] = colab_link(f"{page}.ipynb")
+            # "</" cannot end the script early: JSON allows "<\/" for "</".
+            text = json.dumps(manifest).replace("</", "<\\/")
+            label = html.escape(manifest["title"])
+            cell += nodes.raw(
+                "",
+                f'<div class="mhsa-site-explorer" data-key="{key}" hidden aria-label="{label}">'
+                f'<script type="application/json">{text}</script></div>',
+                format="html",
+            )
+
+
 def copy_mathjax(app) -> None:
     # Before the pages are written, so that every build links the same files.
     if app.builder.format == "html":
@@ -127,4 +188,7 @@ def setup(app) -> None:
     app.connect("source-read", add_series_table)
     app.add_transform(LocaliseRemoteImages)
     app.connect("builder-inited", copy_mathjax)
+    app.connect("builder-inited", make_explorers)
+    app.add_transform(ExplorersWithoutKernel)
+    app.add_js_file("explorers.js")
     app.add_css_file("site.css")

@@ -217,9 +217,22 @@ class Explorer(widgets.VBox):
 
     # ------------------------------------------------------------ public
 
+    @property
+    def title(self) -> str:
+        """The explorer's title, shown above its controls."""
+        return self._title
+
     def values(self) -> dict[str, Any]:
         """The current value of every control, ``{name: value}``."""
         return {name: widget.value for name, widget in self.controls.items()}
+
+    def accepts(self, **values: Any) -> bool:
+        """Whether :meth:`update` would take these settings (the others as they are), without drawing."""
+        try:
+            self._check({**self.values(), **values})
+        except (ValueError, TypeError):
+            return False
+        return True
 
     def update(self, **values: Any) -> Explorer:
         """Set several controls at once (checked first, one redraw at the end)::

@@ -10,7 +10,9 @@ Every page of the registry's notebooks (lessons and solutions) must be there; on
 image must load, every formula must be typeset by the site's own MathJax, no console error or
 page error may occur, and the "Open in Colab" links must be the notebook's own badge link.
 Every request any page makes is recorded: all must go to the local server (a font, a CDN or
-an analytics script from another host fails the test). The navigation lists the lessons, then
+an analytics script from another host fails the test). Every explorer moves without a kernel: each of its
+controls, by keyboard and by mouse, on a wide and on a phone-sized window, shows the picture and caption
+of the setting it moved to. The navigation lists the lessons, then
 their solutions, in the registry's order, and the search page finds a lesson by a word in it.
 """
 
@@ -31,6 +33,7 @@ from typing import ClassVar
 import pytest
 
 from mhsa_helpers.lessons import LESSONS
+from mhsa_helpers.teaching.site_explorers import explorer_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 300
@@ -292,5 +295,94 @@ def test_search_finds_a_lesson(visit):
     results.first.wait_for(timeout=LOAD_TIMEOUT_MS)
     found = [link.removeprefix(visit.origin) for link in results.evaluate_all("links => links.map(a => a.href)")]
     assert any(link.split("#")[0].split("?")[0] == page_of(first) for link in found), found
+    assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
+    assert not visit.errors, visit.report()
+
+
+def site_explorer_cells():
+    return [cell for lesson in LESSONS for cell in explorer_cells(Path(lesson.notebook), ROOT)]
+
+
+def shown(page, key: str) -> dict:
+    """What the explorer ``key`` shows now: its setting, picture (loaded or not) and caption."""
+    return page.evaluate(
+        """key => {
+            const box = document.querySelector(`.mhsa-site-explorer[data-key="${key}"] .mhsa-site-explorer-box`);
+            const img = box.querySelector('.mhsa-site-picture');
+            return {state: box.getAttribute('data-state'), src: img.getAttribute('src'), complete: img.complete,
+                    width: img.naturalWidth, shownWidth: img.getBoundingClientRect().width,
+                    caption: box.querySelector('.mhsa-site-caption').textContent};
+        }""",
+        key,
+    )
+
+
+def expect_setting(page, key: str, manifest: dict, state: str) -> None:
+    page.wait_for_function(
+        """key => { const img = document.querySelector(`.mhsa-site-explorer[data-key="${key}"] img`);
+                    return img.complete && img.naturalWidth > 0; }""",
+        arg=key,
+        timeout=LOAD_TIMEOUT_MS,
+    )
+    now = shown(page, key)
+    assert now["state"] == state
+    assert now["src"] == manifest["pictures"] + manifest["states"][state]["picture"]
+    assert now["caption"] == manifest["states"][state]["caption"] and now["width"] > 0
+
+
+@pytest.mark.parametrize("width", [1280, 390], ids=["wide", "phone"])
+@pytest.mark.parametrize("cell", site_explorer_cells(), ids=lambda cell: cell.key)
+def test_explorer_moves_without_a_kernel(visit, cell, width):
+    page = visit.page
+    page.set_viewport_size({"width": width, "height": 900})
+    visit.open(page_of(Path(cell.notebook)))
+    holder = page.locator(f'.mhsa-site-explorer[data-key="{cell.key}"]')
+    manifest = json.loads(holder.locator("script").text_content())
+    holder.scroll_into_view_if_needed()
+    assert holder.is_visible()
+    still = page.locator(".cell", has=holder).locator(".cell_output")
+    assert still.count() == 1 and not still.is_visible(), "the still picture gives way to the explorer"
+    expect_setting(page, cell.key, manifest, ",".join(map(str, manifest["start"])))
+    assert shown(page, cell.key)["shownWidth"] <= width, "the picture fits the window"
+    assert "Colab" in holder.locator(".mhsa-site-note").inner_text()
+
+    boxes = holder.locator(".mhsa-site-control")
+    for k, control in enumerate(manifest["controls"]):
+        for by in ("keyboard", "mouse"):
+            state = [int(i) for i in shown(page, cell.key)["state"].split(",")]
+            count = len(control["labels"])
+            target = state[k] + 1 if state[k] + 1 < count else state[k] - 1
+            element = boxes.nth(k)
+            if control["kind"] == "range":
+                slider = element.locator("input[type=range]")
+                if by == "keyboard":
+                    slider.focus()
+                    page.keyboard.press("ArrowRight" if target > state[k] else "ArrowLeft")
+                else:
+                    target = 0 if state[k] else count - 1
+                    area = slider.bounding_box()
+                    x = area["x"] + (2 if target == 0 else area["width"] - 2)
+                    page.mouse.click(x, area["y"] + area["height"] / 2)
+            elif control["kind"] == "check":
+                box = element.locator("input[type=checkbox]")
+                target = 1 - state[k]
+                if by == "keyboard":
+                    box.focus()
+                    page.keyboard.press("Space")
+                else:
+                    box.click()
+            else:
+                button = element.locator("button").nth(target)
+                if by == "keyboard":
+                    button.focus()
+                    page.keyboard.press("Enter")
+                else:
+                    button.click()
+            now = shown(page, cell.key)["state"]
+            assert now != ",".join(map(str, state)), f"{control['label']} did not move by {by}"
+            assert int(now.split(",")[k]) == target, f"{control['label']} by {by}: {now}"
+            expect_setting(page, cell.key, manifest, now)
+
+    assert not visit.failed, f"failed requests: {visit.failed}"
     assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
     assert not visit.errors, visit.report()

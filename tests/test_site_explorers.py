@@ -1,0 +1,133 @@
+"""The website's explorers without a kernel (mhsa_helpers.teaching.site_explorers): which settings are offered,
+and that each precomputed picture is the explorer's own figure at that setting."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mhsa_helpers.lessons import LESSONS
+from mhsa_helpers.lessons.causal_masking import masking_explorer
+from mhsa_helpers.lessons.mistakes_that_circulate import bug_zoo_explorer
+from mhsa_helpers.lessons.multi_head_attention import heads_explorer
+from mhsa_helpers.teaching.explorer import STATIC_NOTE
+from mhsa_helpers.teaching.site_explorers import (
+    ExplorerCell,
+    SiteControl,
+    explorer_cells,
+    explorer_manifest,
+    settings,
+    site_controls,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def closing():
+    made = []
+    yield made.append
+    for explorer in made:
+        explorer.close()
+
+
+def control(name, count, start, combined=True):
+    return SiteControl(name, name, "range", tuple(range(count)), tuple(map(str, range(count))), start, count, combined)
+
+
+def test_settings_are_every_combination_of_the_combined_controls_then_each_other_control_alone():
+    grid = [control("a", 2, 1), control("b", 3, 0)]
+    assert list(settings(grid)) == list(itertools.product(range(2), range(3)))
+    mixed = [control("a", 2, 1), control("s", 3, 1, combined=False), control("b", 2, 0)]
+    assert list(settings(mixed)) == [(0, 1, 0), (0, 1, 1), (1, 1, 0), (1, 1, 1), (1, 0, 0), (1, 2, 0)]
+    star = [control("a", 3, 2, combined=False), control("b", 2, 0, combined=False)]
+    assert list(settings(star)) == [(2, 0), (0, 0), (1, 0), (2, 1)]
+
+
+def test_an_explorer_with_few_settings_offers_every_one_of_them(closing):
+    explorer = bug_zoo_explorer()
+    closing(explorer)
+    (bugs,) = site_controls(explorer)
+    widget = explorer.controls["bug"]
+    assert bugs.values == tuple(o[1] if isinstance(o, tuple) else o for o in widget.options)
+    assert bugs.combined and bugs.all_values == len(bugs.values) and bugs.values[bugs.start] == widget.value
+
+
+def test_a_control_whose_options_follow_another_offers_all_it_can_have_and_a_slider_moves_alone(closing):
+    explorer = heads_explorer(d_model=12)
+    closing(explorer)
+    heads, seq_len, head = site_controls(explorer)
+    assert heads.values == (1, 2, 3, 4, 6, 12)  # the divisors of 12
+    assert head.values == tuple(range(1, 13))  # 12 heads to frame with 12 heads, not only the 2 shown at the start
+    assert heads.combined and head.combined and not seq_len.combined
+    assert explorer.accepts(num_heads=4) and not explorer.accepts(num_heads=5)  # 5 does not divide 12
+    assert explorer.accepts(head=2) and not explorer.accepts(head=3) and explorer.accepts(num_heads=3, head=3)
+    offered = list(settings([heads, seq_len, head]))
+    taken = [s for s in offered if explorer.accepts(num_heads=heads.values[s[0]], head=head.values[s[2]])]
+    assert len(taken) == sum(heads.values) + len(seq_len.values) - 1  # each head of each count, then seq_len alone
+    assert explorer.values() == {"num_heads": 2, "seq_len": 6, "head": 1}  # left as it was
+
+
+def test_a_slider_with_many_values_is_thinned_evenly_keeping_its_ends_and_start(closing):
+    explorer = masking_explorer()
+    closing(explorer)
+    for site in site_controls(explorer, limit=8):
+        widget = explorer.controls[site.name]
+        assert widget.value in site.values or site.values[site.start] == pytest.approx(widget.value)
+        if len(site.values) < site.all_values:
+            assert site.values[0] == pytest.approx(widget.min) and site.values[-1] == pytest.approx(widget.max)
+
+
+def test_each_picture_is_the_explorers_own_figure_at_that_setting(tmp_path, closing):
+    explorer = bug_zoo_explorer()
+    closing(explorer)
+    manifest = explorer_manifest(explorer, tmp_path)
+    (bugs,) = manifest["controls"]
+    assert manifest["start"] == [bugs["labels"].index(explorer.controls["bug"].label)]
+    assert len(manifest["states"]) == len(bugs["labels"]) == len(list(tmp_path.iterdir()))
+    assert manifest["offered"] == "Every setting of its controls is here."
+    assert manifest["title"] == explorer.title and manifest["width"] == round(
+        explorer.figure.get_size_inches()[0] * 100
+    )
+    check = bug_zoo_explorer()
+    closing(check)
+    options = [o[1] if isinstance(o, tuple) else o for o in check.controls["bug"].options]
+    for key in ("0", str(len(options) - 1)):
+        check.update(bug=options[int(key)])
+        check.sharpen()
+        drawn = np.asarray(check.figure.canvas.buffer_rgba())[..., :3].astype(float)
+        state = manifest["states"][key]
+        saved = np.asarray(Image.open(io.BytesIO((tmp_path / state["picture"]).read_bytes())).convert("RGB"))
+        assert saved.shape == drawn.shape
+        assert np.abs(saved - drawn).mean() < 4  # the same picture, up to WebP's loss
+        assert state["caption"] == check.data["caption"]
+    json.dumps(manifest)  # what the page reads
+
+
+def test_the_explorer_cells_are_found_with_the_call_that_makes_them():
+    cells = [cell for lesson in LESSONS for cell in explorer_cells(Path(lesson.notebook), ROOT)]
+    shown = []
+    for lesson in LESSONS:
+        notebook = json.loads((ROOT / lesson.notebook).read_text(encoding="utf-8"))
+        for index, cell in enumerate(notebook["cells"]):
+            text = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in cell.get("outputs", []))
+            if STATIC_NOTE in text:
+                shown.append((lesson.notebook.as_posix(), index))
+    assert [(cell.notebook, cell.index) for cell in cells] == shown and len(shown) >= len(LESSONS)
+    assert ExplorerCell("notebooks/04_multi_head_attention.ipynb", 34, "heads_explorer", {"d_model": 12}) in cells
+    assert ExplorerCell("notebooks/07_induction_heads.ipynb", 25, "training_explorer", {"step": 200}) in cells
+    assert cells[0].key == "01_qkv_by_hand-42"
+
+
+def test_an_explorer_cell_made_another_way_is_refused(tmp_path):
+    output = {"output_type": "execute_result", "data": {"text/plain": [f"An explorer — {STATIC_NOTE}"]}}
+    cell = {"cell_type": "code", "source": ["make()(1)\n"], "outputs": [output], "metadata": {}}
+    (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"n\.ipynb cell 0 shows an explorer"):
+        explorer_cells(Path("n.ipynb"), tmp_path)
