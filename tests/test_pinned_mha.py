@@ -204,6 +204,39 @@ def test_functional_uses_its_mask_and_rope_like_the_module():
         torch.testing.assert_close(got, module(x))
 
 
+def test_functional_with_rope_and_another_input_width_returns_the_weights_when_asked():
+    # d_in 12 against d_model 8: d_head is read from the query's rows (8 // 2), not its columns (12 // 2).
+    torch.manual_seed(1)
+    module = MultiHeadSelfAttention(8, 2, d_in=12, rope=RotaryEmbedding(4))
+    x = torch.randn(2, 3, 12)
+    weights = AttentionWeights.of(module)
+    out, attention = multi_head_self_attention(x, weights, num_heads=2, rope=module.rope, need_weights=True)
+    want_out, want_attention = module(x, need_weights=True)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(attention, want_attention)
+    assert attention.shape == (2, 2, 3, 3) and torch.allclose(attention.sum(-1), torch.ones(2, 2, 3))
+    alone = multi_head_self_attention(x, weights, num_heads=2, rope=module.rope)
+    assert isinstance(alone, torch.Tensor)  # the output alone without need_weights
+    torch.testing.assert_close(alone, out)
+
+
+def test_functional_rotates_each_row_of_a_batch_at_its_own_positions():
+    # batch 2 and 3 heads: positions (batch, seq) must meet the heads axis as (batch, 1, seq)
+    torch.manual_seed(2)
+    module = MultiHeadSelfAttention(12, 3, rope=RotaryEmbedding(4))
+    x = torch.randn(2, 4, 12)
+    positions = torch.tensor([[0, 1, 2, 3], [0, 2, 4, 6]])
+    weights = AttentionWeights.of(module)
+    got = multi_head_self_attention(x, weights, num_heads=3, rope=module.rope, token_positions=positions)
+    for row in range(2):
+        alone = multi_head_self_attention(
+            x[row : row + 1], weights, num_heads=3, rope=module.rope, token_positions=positions[row]
+        )
+        torch.testing.assert_close(got[row : row + 1], alone)
+    spaced = multi_head_self_attention(x[1:], weights, num_heads=3, rope=module.rope)
+    assert not torch.allclose(got[1:], spaced, atol=1e-4)  # the second row's positions are not 0 1 2 3
+
+
 def test_attention_weights_of_a_module_are_views_of_its_parameters():
     module = MultiHeadSelfAttention(8, 2, num_kv_heads=1, d_out=6)
     weights = AttentionWeights.of(module)

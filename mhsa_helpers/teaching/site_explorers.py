@@ -365,9 +365,11 @@ def explorer_cells(notebook: Path, root: Path) -> list[ExplorerCell]:
 
 
 def _code_hash(package: Path) -> str:
+    """A hash of every file of the package (its code, and artefacts such as notebook 07's checkpoints)."""
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted(package.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
