@@ -96,10 +96,7 @@
     var caption = document.createElement("div");
     caption.className = "mhsa-site-caption";
     root.appendChild(caption);
-    var picture = document.createElement("img");
-    picture.className = "mhsa-site-picture";
-    picture.alt = manifest.title;
-    picture.style.width = manifest.width + "px";
+    var picture = load(current);
     root.appendChild(picture);
     var note = document.createElement("p");
     note.className = "mhsa-site-note";
@@ -132,15 +129,20 @@
       return best;
     }
 
+    // One <img> per picture, decoded once: a move puts the next one in place of the shown one, so that the
+    // browser has nothing left to fetch or decode when the key is pressed.
     function load(indices) {
       var name = manifest.states[key(indices)].picture;
       if (!loaded[name]) {
         var image = new Image();
+        image.className = "mhsa-site-picture";
+        image.alt = manifest.title;
+        image.style.width = manifest.width + "px";
         image.src = manifest.pictures + name;
         loaded[name] = image;
         if (image.decode) image.decode().catch(function () {});
       }
-      return manifest.pictures + name;
+      return loaded[name];
     }
 
     // Load the pictures one move away, so that the next move only swaps a decoded picture.
@@ -158,7 +160,11 @@
       current = indices.slice();
       inputs.forEach(function (input, k) { input.set(current[k]); });
       var state = manifest.states[key(current)];
-      picture.src = load(current);
+      var next = load(current);
+      if (next !== picture) {
+        picture.replaceWith(next);
+        picture = next;
+      }
       caption.textContent = state.caption;
       root.setAttribute("data-state", key(current));
     }
@@ -177,7 +183,6 @@
     show(current);
     if (still) still.hidden = true;
     holder.hidden = false;
-    picture.decode && picture.decode().catch(function () {});
     prefetch();
   }
 
