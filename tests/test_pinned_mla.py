@@ -62,3 +62,13 @@ def test_a_mask_of_the_wrong_shape_or_device_is_named_with_the_scores_it_must_fi
         "mask must be on the device of the tensors it masks (cpu), got device meta; move it with .to('cpu')",
     ):
         layer(x, mask=torch.ones(3, 3, dtype=torch.bool, device="meta"))
+
+
+def test_a_prompt_as_long_as_the_rope_table_starts_at_position_0():
+    # Without a cache the first token is at position 0: a prompt of the table's full length fits (from 1 it would not).
+    torch.manual_seed(0)
+    layer = mh.MultiHeadLatentAttention(8, 2, 3, rope=mh.RotaryEmbedding(2, max_seq_len=4))
+    x = torch.randn(1, 4, 8)
+    assert layer(x).shape == (1, 4, 8)
+    with pytest.raises(ValueError):
+        layer(torch.randn(1, 5, 8))
