@@ -283,3 +283,15 @@ def test_rope_may_be_a_rotary_embedding_the_module_shares():
         "rope must be None or a RotaryEmbedding, e.g. rope=RotaryEmbedding(4) for heads of d_head=4, got bool",
     ):
         MultiHeadSelfAttention(8, 2, rope=True)  # the settings live in the RotaryEmbedding, not in the module
+
+
+def test_the_module_rotates_each_row_of_a_batch_at_its_own_positions():
+    # batch 2 and 3 heads: positions (batch, seq) must meet the heads axis as (batch, 1, seq)
+    torch.manual_seed(3)
+    module = MultiHeadSelfAttention(12, 3, rope=RotaryEmbedding(4))
+    x = torch.randn(2, 4, 12)
+    positions = torch.tensor([[0, 1, 2, 3], [0, 2, 4, 6]])
+    got = module(x, token_positions=positions)
+    for row in range(2):
+        torch.testing.assert_close(got[row : row + 1], module(x[row : row + 1], token_positions=positions[row]))
+    assert not torch.allclose(got[1:], module(x[1:]), atol=1e-4)  # the second row's positions are not 0 1 2 3
