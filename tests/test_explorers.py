@@ -34,7 +34,7 @@ from mhsa_helpers.lessons.multi_head_attention import heads_explorer
 from mhsa_helpers.lessons.qkv_by_hand import qkv_explorer
 from mhsa_helpers.lessons.rotary_position_embeddings import rope_explorer
 from mhsa_helpers.lessons.scaled_dot_product_attention import scaling_explorer
-from mhsa_helpers.teaching.explorer import LAYOUT_CACHE, Explorer, nearby_value, open_explorers
+from mhsa_helpers.teaching.explorer import CSS_DPI, LAYOUT_CACHE, Explorer, nearby_value, open_explorers, option_values
 
 ALL = [lesson.explorer for lesson in LESSONS if lesson.explorer is not None]
 
@@ -508,6 +508,38 @@ def test_heads_selector_follows_the_number_of_heads():
     _, _, expected, _ = module_weights(12, 3, 2)
     np.testing.assert_allclose(explorer.data["weights"], expected, rtol=1e-6, atol=1e-7)
     assert explorer.data["tokens"] == ["The", "man"]
+
+
+def test_set_values_moves_the_controls_and_their_followers_without_drawing():
+    explorer = heads_explorer()
+    drawn, picture, data = explorer.redraw_count, explorer.picture, explorer.data
+    explorer.set_values(num_heads=6, head=5)
+    assert explorer.values()["num_heads"] == 6 and explorer.values()["head"] == 5
+    assert option_values(explorer.controls["head"]) == [1, 2, 3, 4, 5, 6]
+    assert (explorer.redraw_count, explorer.picture, explorer.data) == (drawn, picture, data)
+    with pytest.raises(ValueError, match="head"):
+        explorer.set_values(num_heads=2, head=5)
+    assert explorer.values()["num_heads"] == 6, "a refused setting moves nothing"
+    explorer.update()
+    assert explorer.redraw_count == drawn + 1 and explorer.data["head"] == 5
+
+
+def test_option_values_reads_plain_and_labelled_options():
+    assert option_values(widgets.ToggleButtons(options=[2, 4, 8])) == [2, 4, 8]
+    labelled = widgets.SelectionSlider(options=[("one", 1), ("ten", 10)], value=10)
+    assert option_values(labelled) == [1, 10]
+    assert nearby_value(labelled) == 1
+
+
+@pytest.mark.parametrize("make", ALL, ids=lambda f: f.__name__)
+def test_shown_width_is_the_figure_width_at_the_css_resolution(make):
+    explorer = make()
+    width = round(explorer.figure.get_size_inches()[0] * CSS_DPI)
+    assert explorer.shown_width == width
+    assert explorer._repr_mimebundle_()[1]["image/png"]["width"] == width
+    explorer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        _ = explorer.shown_width
 
 
 def test_heads_annotates_the_framed_head():

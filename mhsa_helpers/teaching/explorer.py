@@ -66,6 +66,7 @@ __all__ = [
     "log_slider",
     "nearby_value",
     "open_explorers",
+    "option_values",
     "seeded",
     "set_options",
     "to_numpy",
@@ -137,6 +138,12 @@ def open_explorers() -> list[Explorer]:
     return list(_OPEN_EXPLORERS)
 
 
+def option_values(control: widgets.Widget) -> list[Any]:
+    """The values of a control with a list of options (a selection slider, toggle buttons, a dropdown), in
+    order: each option is a value or a ``(label, value)`` pair."""
+    return [option[1] if isinstance(option, tuple) else option for option in control.options]
+
+
 def nearby_value(control: widgets.Widget) -> Any:
     """A value of ``control`` next to its current one that a user could choose: the other state of a
     checkbox, the next option of a selection (the previous one at the end), one step along a slider
@@ -144,7 +151,7 @@ def nearby_value(control: widgets.Widget) -> Any:
     if isinstance(control, widgets.Checkbox):
         return not control.value
     if hasattr(control, "options"):
-        values = [o[1] if isinstance(o, tuple) else o for o in control.options]
+        values = option_values(control)
         if len(values) < 2:
             return None
         index = values.index(control.value)
@@ -239,11 +246,18 @@ class Explorer(widgets.VBox):
 
         explorer.update(num_heads=4, seq_len=3)
         """
+        self.set_values(**values)
+        self._redraw(quick=True)
+        return self
+
+    def set_values(self, **values: Any) -> None:
+        """Set several controls as :meth:`update` does (checked, the dependent controls following), without
+        drawing: the figure and :attr:`data` keep the last drawn setting until the next :meth:`update` or
+        :meth:`redraw`. For reading what the controls then offer, e.g. the heads a number of heads allows."""
         unknown = sorted(set(values) - set(self.controls))
         if unknown:
             raise ValueError(f"unknown setting(s) {unknown}: this explorer has {sorted(self.controls)}")
-        merged = {**self.values(), **values}
-        self._check(merged)
+        self._check({**self.values(), **values})
         self._batch += 1
         try:
             # Option-changing controls first, then the controls' own order, so that e.g. num_heads
@@ -254,8 +268,6 @@ class Explorer(widgets.VBox):
                     self.controls[name].value = values[name]
         finally:
             self._batch -= 1
-        self._redraw(quick=True)
-        return self
 
     def redraw(self) -> None:
         """Recompute with the current control values and redraw the figure (sharp)."""
@@ -359,6 +371,13 @@ class Explorer(widgets.VBox):
         if self._current is None:
             raise RuntimeError("this explorer was closed: it holds no figure any more")
         return self._current.figure
+
+    @property
+    def shown_width(self) -> int:
+        """The width the figure is shown at, in CSS pixels (its picture has :data:`PIXEL_RATIO` times as many)."""
+        if self._current is None:
+            raise RuntimeError("this explorer was closed: it holds no figure any more")
+        return self._current.css_width
 
     @property
     def picture(self) -> bytes:

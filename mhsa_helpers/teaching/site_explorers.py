@@ -36,7 +36,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image as PILImage
 
-from .explorer import CSS_DPI, STATIC_NOTE, Explorer
+from .explorer import STATIC_NOTE, Explorer, option_values
 
 __all__ = [
     "PAGE_BUDGET",
@@ -108,10 +108,8 @@ def _all_values(widget: widgets.Widget) -> tuple[list[Any], list[str]]:
     if isinstance(widget, widgets.Checkbox):
         return [False, True], ["off", "on"]
     if hasattr(widget, "options"):
-        options = list(widget.options)
-        values = [o[1] if isinstance(o, tuple) else o for o in options]
-        labels = [str(o[0]) if isinstance(o, tuple) else str(o) for o in options]
-        return values, labels
+        labels = [str(o[0]) if isinstance(o, tuple) else str(o) for o in widget.options]
+        return option_values(widget), labels
     if isinstance(widget, widgets.FloatLogSlider):
         count = round((widget.max - widget.min) / widget.step) + 1
         values = [float(widget.base ** round(widget.min + i * widget.step, 10)) for i in range(count)]
@@ -153,7 +151,8 @@ STAR_VALUES = 12
 def _values_over_settings(explorer: Explorer) -> dict[str, tuple[list[Any], list[str]]]:
     """Every value each control offers, and how each reads, over the settings of the others: a control whose
     options follow another's (e.g. which head to frame, after the number of heads) offers all it can have.
-    Each control with a list of options is moved alone through them to see what the others then offer."""
+    Each control with a list of options is set alone to each of them (without drawing) to see what the others
+    then offer."""
     everything = {name: _all_values(widget) for name, widget in explorer.controls.items()}
     if not any(hasattr(widget, "options") for widget in explorer.controls.values()):
         return everything
@@ -163,7 +162,7 @@ def _values_over_settings(explorer: Explorer) -> dict[str, tuple[list[Any], list
             continue
         for value in list(everything[name][0]):
             try:
-                explorer.update(**{**start, name: value})
+                explorer.set_values(**{**start, name: value})
             except ValueError:
                 continue
             for other, other_widget in explorer.controls.items():
@@ -177,7 +176,7 @@ def _values_over_settings(explorer: Explorer) -> dict[str, tuple[list[Any], list
                 if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                     order = sorted(range(len(values)), key=lambda i: values[i])
                     everything[other] = ([values[i] for i in order], [labels[i] for i in order])
-    explorer.update(**start)
+    explorer.set_values(**start)
     return everything
 
 
@@ -188,7 +187,8 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
     ``combined``, the others at their start, and each other control moved alone from the start. All controls
     combine while the explorer takes at most ``limit`` of their settings: with all of each control's values
     if it can, else the control with the most values keeps about half of them, again and again (always its
-    first, last and current value), as long as each keeps :data:`GRID_VALUES` (or all it has). Otherwise
+    first, last and current value), until the grid fits or a halving leaves a control fewer than
+    :data:`GRID_VALUES` values (that grid is kept if it fits: notebook 05's offset keeps 3). Otherwise
     the choices (buttons, checkboxes, lists of options) combine, if at most ``limit`` of their settings
     are taken, and each slider moves alone; or else every control moves alone. A control moving alone offers
     at most :data:`STAR_VALUES` values."""
@@ -209,15 +209,17 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
         )
 
     names = list(explorer.controls)
-    while accepted(names) > limit:
+    count = accepted(names)
+    while count > limit:
         # A control whose options follow another's (more values than it shows now) is thinned last: thinning
         # both would leave few of their pairs that the explorer takes.
         name = max(offered, key=lambda n: (len(offered[n]) > GRID_VALUES and n not in dependent, len(offered[n])))
         offered[name] = _thinned(len(everything[name][0]), math.ceil(len(offered[name]) / 2), start[name])
+        count = accepted(names)
         if len(offered[name]) < min(GRID_VALUES, len(everything[name][0])):
             break
     combined = set(names)
-    if accepted(names) > limit:
+    if count > limit:
         # Every combination of the choices (buttons, checkboxes, lists of options), each slider alone; or, when
         # the choices alone are too many, every control alone.
         offered = {
@@ -334,7 +336,7 @@ def explorer_manifest(explorer: Explorer, folder: Path, *, limit: int = STATE_LI
         said.append("Every setting of its controls is here.")
     return {
         "title": explorer.title,
-        "width": round(explorer.figure.get_size_inches()[0] * CSS_DPI),
+        "width": explorer.shown_width,
         "controls": [{"name": c.name, "label": c.label, "kind": c.kind, "labels": list(c.labels)} for c in controls],
         "start": [c.start for c in controls],
         "states": states,
