@@ -10,7 +10,7 @@
 #   make colab-check      the built wheel + every notebook in a fresh venv with Colab's ipywidgets 7.7.1
 #   make bench      forward-pass benchmark (time and memory) of the attention implementations
 #   make bench-explorers  in-kernel redraw time of each explorer
-#   make bench-browser    keypress-to-picture time of each explorer in JupyterLab, against a bare slider
+#   make bench-browser    keypress-to-picture time of each explorer in JupyterLab and on the website, against bare inputs
 #   make bench-scale      notebook 08's benchmarks in one run: tiled attention, then KV-cache decoding
 #   make bench-model      notebook 11's real model: load, prompt forward and decoding against transformers
 #   make bench-gpu        the real model on a GPU: host synchronisations per decoded token, decoding vs transformers
@@ -138,7 +138,8 @@ bench: setup
 bench-explorers: setup
 	$(VENV_PY) benchmarks/bench_explorers.py
 
-# Every explorer in JupyterLab (headless Chromium): keypress to picture against a bare slider, alone.
+# Every explorer in JupyterLab and on the website (headless Chromium): keypress to picture against a bare slider
+# (JupyterLab) and to its frame against a bare range input (the website), alone.
 bench-browser: setup
 	env $(KERNEL_ENV) $(VENV_PY) -m pytest tests/browser -m latency -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from docutils import nodes
 from sphinx.transforms import SphinxTransform
+from sphinx.util import logging
 
 from mhsa_helpers.lessons import LESSONS
 
@@ -28,11 +29,12 @@ from mhsa_helpers.lessons import LESSONS
 # badge (a remote image, drawn here by ``_static/site.css`` instead): one place, mhsa_helpers.lessons.links.
 from mhsa_helpers.lessons.links import BRANCH as REPOSITORY_BRANCH
 from mhsa_helpers.lessons.links import COLAB_BADGE, COLAB_URL, REPOSITORY_URL, colab_link
-from mhsa_helpers.teaching.site_explorers import PAGE_BUDGET, SITE_BUDGET, site_explorers
+from mhsa_helpers.teaching.site_explorers import budget_table, site_explorers
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The explorers' precomputed pictures, kept between builds of the same code (see site_explorers).
 EXPLORER_CACHE = ROOT / "build" / "site-explorers"
+logger = logging.getLogger(__name__)
 
 MATHJAX = Path(importlib.util.find_spec("mathjax").origin).parent / "static" / "mathjax" / "es5"
 
@@ -126,26 +128,17 @@ class LocaliseRemoteImages(SphinxTransform):
 
 def make_explorers(app) -> None:
     """Each explorer's settings and pictures (computed once per version of the code), copied into
-    ``_static/explorers/<notebook>-<cell>/``; a page whose explorers' pictures pass PAGE_BUDGET bytes, or a site
-    passing SITE_BUDGET, fails the build."""
+    ``_static/explorers/<notebook>-<cell>/``; a page over its budget of pictures, a site over its budget of
+    pictures or of time to compute them fails the build (``budget_table``); the table is logged."""
     app.site_explorers = {}
     if app.builder.format != "html":
         return
     app.site_explorers = site_explorers(LESSONS, ROOT, EXPLORER_CACHE)
-    total = 0
-    pages: dict[str, int] = {}
     for key, manifest in app.site_explorers.items():
         target = Path(app.outdir) / "_static" / "explorers" / key
         shutil.copytree(Path(manifest["folder"]) / "pictures", target, dirs_exist_ok=True)
-        size = sum(path.stat().st_size for path in target.iterdir())
-        total += size
-        page = key.rsplit("-", 1)[0]
-        pages[page] = pages.get(page, 0) + size
-    for page, size in pages.items():
-        if size > PAGE_BUDGET:
-            raise ValueError(f"{page}: its explorers' pictures take {size:,} bytes, over the {PAGE_BUDGET:,} budget")
-    if total > SITE_BUDGET:
-        raise ValueError(f"the explorers' pictures take {total:,} bytes, over the site's {SITE_BUDGET:,} budget")
+    for line in budget_table(app.site_explorers):
+        logger.info(line)
 
 
 class ExplorersWithoutKernel(SphinxTransform):
@@ -164,7 +157,7 @@ class ExplorersWithoutKernel(SphinxTransform):
             key = f"{page.name}-{cell.get('cell_index')}"
             if key not in explorers:
                 continue
-            manifest = {k: v for k, v in explorers[key].items() if k != "folder"}
+            manifest = {k: v for k, v in explorers[key].items() if k not in ("folder", "seconds")}
             manifest["pictures"] = f"{up}_static/explorers/{key}/"
             manifest["colab"] = colab_link(f"{page}.ipynb")
             # "</" cannot end the script early: JSON allows "<\/" for "</".

@@ -16,6 +16,7 @@ from mhsa_helpers.lessons import LESSONS
 from mhsa_helpers.lessons.causal_masking import masking_explorer
 from mhsa_helpers.lessons.mistakes_that_circulate import bug_zoo_explorer
 from mhsa_helpers.lessons.multi_head_attention import heads_explorer
+from mhsa_helpers.teaching import site_explorers as site_explorers_module
 from mhsa_helpers.teaching.explorer import STATIC_NOTE
 from mhsa_helpers.teaching.site_explorers import (
     ExplorerCell,
@@ -131,3 +132,36 @@ def test_an_explorer_cell_made_another_way_is_refused(tmp_path):
     (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
     with pytest.raises(ValueError, match=r"n\.ipynb cell 0 shows an explorer"):
         explorer_cells(Path("n.ipynb"), tmp_path)
+
+
+def fake_manifest(folder: Path, sizes: list[int], states: int, seconds: float) -> dict:
+    """A manifest as site_explorers returns it, with pictures of the given sizes in ``folder``."""
+    (folder / "pictures").mkdir(parents=True)
+    for k, size in enumerate(sizes):
+        (folder / "pictures" / f"{k}.webp").write_bytes(b"x" * size)
+    return {"folder": str(folder), "states": {str(k): {} for k in range(states)}, "seconds": seconds}
+
+
+def test_the_budget_table_sums_each_page_and_the_site_and_refuses_what_passes_a_budget(tmp_path, monkeypatch):
+    manifests = {
+        "08_attention_at_scale-11": fake_manifest(tmp_path / "a", [1_000_000, 500_000], 3, 10.0),
+        "08_attention_at_scale-27": fake_manifest(tmp_path / "b", [250_000], 2, 5.4),
+        "09_long_context-13": fake_manifest(tmp_path / "c", [2_000_000], 4, 20.0),
+    }
+    assert site_explorers_module.budget_table(manifests)[2:] == [
+        "| 08_attention_at_scale | 2 | 5 | 1.75 | 15 |",
+        "| 09_long_context | 1 | 4 | 2.00 | 20 |",
+        "| whole site | 3 | 9 | 3.75 | 35 |",
+    ]
+    monkeypatch.setattr(site_explorers_module, "PAGE_BUDGET", 1_800_000)
+    with pytest.raises(ValueError, match=r"09_long_context: .* 2,000,000 bytes, over the 1,800,000 budget"):
+        site_explorers_module.budget_table(manifests)
+    monkeypatch.setattr(site_explorers_module, "PAGE_BUDGET", 2_000_000)
+    site_explorers_module.budget_table(manifests)  # a page at its budget is within it
+    monkeypatch.setattr(site_explorers_module, "SITE_BUDGET", 3_700_000)
+    with pytest.raises(ValueError, match=r"3,750,000 bytes, over the site's 3,700,000 budget"):
+        site_explorers_module.budget_table(manifests)
+    monkeypatch.setattr(site_explorers_module, "SITE_BUDGET", 3_750_000)
+    monkeypatch.setattr(site_explorers_module, "BUILD_BUDGET", 35)
+    with pytest.raises(ValueError, match=r"took 35.4 s to compute, over the 35 s budget"):
+        site_explorers_module.budget_table(manifests)

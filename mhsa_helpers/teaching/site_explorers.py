@@ -26,6 +26,7 @@ import itertools
 import json
 import math
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +40,14 @@ from PIL import Image as PILImage
 from .explorer import STATIC_NOTE, Explorer, option_values
 
 __all__ = [
+    "BUILD_BUDGET",
     "PAGE_BUDGET",
     "PICTURE_QUALITY",
     "SITE_BUDGET",
     "STATE_LIMIT",
     "ExplorerCell",
     "SiteControl",
+    "budget_table",
     "explorer_cells",
     "explorer_manifest",
     "settings",
@@ -59,6 +62,9 @@ PICTURE_QUALITY = 75
 #: Bytes of explorer pictures one page may hold (all its explorers' settings), and the whole site.
 PAGE_BUDGET = 6_000_000
 SITE_BUDGET = 40_000_000
+#: Seconds that computing every explorer's pictures may take, in all (once per version of the code: about 100 s
+#: on the 2-core machine CI runs on, 4-5 minutes with other work on both cores).
+BUILD_BUDGET = 600
 
 
 @dataclass(frozen=True)
@@ -378,7 +384,7 @@ def _code_hash(package: Path) -> str:
 def site_explorers(lessons: Sequence[Any], root: Path, cache: Path) -> dict[str, dict[str, Any]]:
     """The manifest of every explorer cell of ``lessons``' notebooks, keyed by :attr:`ExplorerCell.key`, each
     with ``"folder"``: the cache folder holding its pictures (made here unless a build of the same code and
-    call made it already)."""
+    call made it already), and ``"seconds"``: how long making them took."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -394,11 +400,49 @@ def site_explorers(lessons: Sequence[Any], root: Path, cache: Path) -> dict[str,
             manifest_path = folder / "manifest.json"
             if not manifest_path.exists():
                 shutil.rmtree(folder, ignore_errors=True)
+                began = time.perf_counter()
                 explorer = getattr(module, cell.factory)(**cell.kwargs)
                 try:
                     manifest = explorer_manifest(explorer, folder / "pictures")
                 finally:
                     explorer.close()
+                manifest["seconds"] = round(time.perf_counter() - began, 1)
                 manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
             manifests[cell.key] = json.loads(manifest_path.read_text(encoding="utf-8")) | {"folder": str(folder)}
     return manifests
+
+
+def budget_table(manifests: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown lines: per page, its explorers, settings, bytes of pictures and seconds to compute them, then
+    the whole site's; a page over :data:`PAGE_BUDGET`, a site over :data:`SITE_BUDGET` or computing over
+    :data:`BUILD_BUDGET` raises ``ValueError`` naming it. ``manifests`` as :func:`site_explorers` returns them."""
+    rows: dict[str, tuple[int, int, int, float]] = {}
+    for key, manifest in manifests.items():
+        size = sum(path.stat().st_size for path in (Path(manifest["folder"]) / "pictures").iterdir())
+        count, states, total, seconds = rows.get(key.rsplit("-", 1)[0], (0, 0, 0, 0.0))
+        rows[key.rsplit("-", 1)[0]] = (
+            count + 1,
+            states + len(manifest["states"]),
+            total + size,
+            seconds + manifest["seconds"],
+        )
+    site = (
+        sum(row[0] for row in rows.values()),
+        sum(row[1] for row in rows.values()),
+        sum(row[2] for row in rows.values()),
+        sum(row[3] for row in rows.values()),
+    )
+    lines = [
+        "| page | explorers | settings | MB of pictures | seconds to compute |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for page, (count, states, size, seconds) in [*rows.items(), ("whole site", site)]:
+        lines.append(f"| {page} | {count} | {states} | {size / 1e6:.2f} | {seconds:.0f} |")
+    for page, (_, _, size, _) in rows.items():
+        if size > PAGE_BUDGET:
+            raise ValueError(f"{page}: its explorers' pictures take {size:,} bytes, over the {PAGE_BUDGET:,} budget")
+    if site[2] > SITE_BUDGET:
+        raise ValueError(f"the explorers' pictures take {site[2]:,} bytes, over the site's {SITE_BUDGET:,} budget")
+    if site[3] > BUILD_BUDGET:
+        raise ValueError(f"the explorers took {site[3]:.1f} s to compute, over the {BUILD_BUDGET} s budget")
+    return lines

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from discovery import decide, find_chromium
-from lab import CHROMIUM_ARGS, LATENCY_ROWS, latency_table
+from lab import CHROMIUM_ARGS, LATENCY_ROWS, SITE_LATENCY_ROWS, latency_table, site_latency_table
 
 collect_ignore_glob = ["*.ipynb"]
 
@@ -47,6 +47,11 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     if rows:
         terminalreporter.section("explorer latency in JupyterLab (headless Chromium, keypress to render)")
         for line in latency_table(rows):
+            terminalreporter.line(line)
+    site_rows = config.stash.get(SITE_LATENCY_ROWS, [])
+    if site_rows:
+        terminalreporter.section("explorer latency on the website (headless Chromium, keypress to its frame)")
+        for line in site_latency_table(site_rows):
             terminalreporter.line(line)
     if _skipped:
         terminalreporter.section("browser tests", sep="!", bold=True, yellow=True)

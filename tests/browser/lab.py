@@ -42,6 +42,10 @@ PORT_RETRIES = 3
 #: ``config.stash`` key of the latency rows ``(explorer, control, to-caption ms, to-picture ms)``
 #: that the browser tests measure and conftest prints at the end of the report.
 LATENCY_ROWS = pytest.StashKey[list]()
+#: ``config.stash`` key of the website's latency rows ``(explorer, control, ms per move, bare input's ms per move)``.
+SITE_LATENCY_ROWS = pytest.StashKey[list]()
+#: What a website explorer's move may take beyond the bare range input's: one frame at 60 Hz.
+FRAME_MS = 16
 LAB_SETTINGS = {"@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"}}
 
 
@@ -203,4 +207,21 @@ def latency_table(rows: list) -> list[str]:
         ratio = (to_picture or to_caption) / bare if bare else float("nan")
         shown = f"{to_picture:.0f}" if to_picture is not None else "-"
         lines.append(f"| {name} | {control} | {len(caption)} | {to_caption:.0f} | {shown} | {ratio:.1f}× |")
+    return lines
+
+
+def site_latency_table(rows: list) -> list[str]:
+    """Markdown lines: per website explorer, the median and largest keypress-to-frame time of its first slider, the
+    bare range input's median on the same page, and whether the explorer's median is within FRAME_MS of it."""
+    lines = [
+        "| explorer | control | moves | median ms | largest ms | bare input ms | median - bare | within a frame |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, control, frames, bare in rows:
+        median, reference = statistics.median(frames), statistics.median(bare)
+        within = "yes" if median - reference <= FRAME_MS else "no"
+        lines.append(
+            f"| {name} | {control} | {len(frames)} | {median:.1f} | {max(frames):.1f} | {reference:.1f} "
+            f"| {median - reference:+.1f} | {within} |"
+        )
     return lines

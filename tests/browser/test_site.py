@@ -14,6 +14,11 @@ an analytics script from another host fails the test). Every explorer moves with
 controls, by keyboard and by mouse, on a wide and on a phone-sized window, shows the picture and caption
 of the setting it moved to. The navigation lists the lessons, then
 their solutions, in the registry's order, and the search page finds a lesson by a word in it.
+
+Latency (the tests marked ``latency``, a benchmark that ``make bench-browser`` runs; not ``make test``): on each
+page, a bare range input put beside the first explorer, then each explorer's first slider, are moved by the
+arrow keys; each move is timed from the key's event to the second animation frame after it (the frame that
+shows the move has then been produced), and the picture shown in that frame must be loaded.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from lab import SITE_LATENCY_ROWS
 
 from mhsa_helpers.lessons import LESSONS
 from mhsa_helpers.teaching.site_explorers import explorer_cells
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT = 300
+#: Building the site computes every explorer's pictures when no earlier build of this code did (BUILD_BUDGET).
+BUILD_TIMEOUT = 900
 LOAD_TIMEOUT_MS = 30_000
 COLAB_BADGE_LINK = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(([^)]+)\)")
 
@@ -383,6 +390,79 @@ def test_explorer_moves_without_a_kernel(visit, cell, width):
             assert int(now.split(",")[k]) == target, f"{control['label']} by {by}: {now}"
             expect_setting(page, cell.key, manifest, now)
 
+    assert not visit.failed, f"failed requests: {visit.failed}"
+    assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
+    assert not visit.errors, visit.report()
+
+
+# ------------------------------------------------------------------ latency (make bench-browser)
+
+LATENCY_MOVES = 8
+#: Each move's time from the key's event (its timeStamp, when the browser received it) to the second animation
+#: frame after it, and whether the focused explorer's picture was loaded by then; and a bare range input (with
+#: an <output> that its input event writes), the reference, put before the first explorer of the page.
+TIMING_JS = """() => {
+  const timing = window.__timing = {frames: [], loaded: []};
+  document.addEventListener('keydown', (event) => {
+    const start = event.timeStamp;
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      timing.frames.push(performance.now() - start);
+      const box = document.activeElement.closest('.mhsa-site-explorer-box');
+      const img = box && box.querySelector('.mhsa-site-picture');
+      timing.loaded.push(!img || (img.complete && img.naturalWidth > 0));
+    }));
+  }, true);
+  const bare = document.createElement('p');
+  bare.className = 'mhsa-bare';
+  bare.innerHTML = '<input type="range" min="0" max="20" value="10" aria-label="bare"> <output>10</output>';
+  const range = bare.querySelector('input');
+  range.addEventListener('input', () => { bare.querySelector('output').textContent = range.value; });
+  document.querySelector('.mhsa-site-explorer').before(bare);
+}"""
+
+
+def time_moves(page, slider) -> list[float]:
+    """LATENCY_MOVES arrow-key moves of ``slider``, to its end and back; each move's milliseconds to its frame."""
+    slider.scroll_into_view_if_needed()
+    slider.focus()
+    page.wait_for_timeout(300)  # the pictures one move away are loaded after a move: a learner pauses as long
+    page.evaluate("() => { window.__timing.frames = []; window.__timing.loaded = []; }")
+    top = int(slider.get_attribute("max"))
+    right = int(slider.input_value()) < top
+    for move in range(LATENCY_MOVES):
+        value = int(slider.input_value())
+        if value in (0, top):
+            right = value < top
+        page.keyboard.press("ArrowRight" if right else "ArrowLeft")
+        page.wait_for_function(f"() => window.__timing.frames.length > {move}")
+        page.wait_for_timeout(150)
+    timing = page.evaluate("() => window.__timing")
+    assert all(timing["loaded"]), f"a move showed a picture not loaded yet: {timing}"
+    return timing["frames"]
+
+
+PAGES = sorted({cell.notebook for cell in site_explorer_cells()})
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("notebook", PAGES, ids=lambda path: Path(path).stem)
+def test_keypress_to_frame_on_the_website(visit, notebook, request):
+    """Each explorer's first slider on the website against a bare range input on the same page (a row each)."""
+    page = visit.page
+    visit.open(page_of(Path(notebook)))
+    page.wait_for_selector(".mhsa-site-explorer-box")
+    page.evaluate(TIMING_JS)
+    bare = time_moves(page, page.locator(".mhsa-bare input"))
+    rows = request.config.stash.setdefault(SITE_LATENCY_ROWS, [])
+    for holder in page.locator(".mhsa-site-explorer").all():
+        manifest = json.loads(holder.locator("script").text_content())
+        sliders = [k for k, control in enumerate(manifest["controls"]) if control["kind"] == "range"]
+        if not sliders:
+            continue
+        slider = holder.locator(".mhsa-site-control").nth(sliders[0]).locator("input[type=range]")
+        frames = time_moves(page, slider)
+        label = manifest["controls"][sliders[0]]["label"]
+        rows.append((f"{Path(notebook).stem[:2]} {manifest['title']}", label, frames, bare))
     assert not visit.failed, f"failed requests: {visit.failed}"
     assert not visit.external_requests(), f"requests to other hosts: {visit.external_requests()}"
     assert not visit.errors, visit.report()
