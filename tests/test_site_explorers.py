@@ -23,6 +23,7 @@ from mhsa_helpers.teaching.site_explorers import (
     SiteControl,
     explorer_cells,
     explorer_manifest,
+    offered,
     settings,
     site_controls,
 )
@@ -38,8 +39,9 @@ def closing():
         explorer.close()
 
 
-def control(name, count, start, combined=True):
-    return SiteControl(name, name, "range", tuple(range(count)), tuple(map(str, range(count))), start, count, combined)
+def control(name, count, start, combined=True, everywhere=False):
+    labels = tuple(map(str, range(count)))
+    return SiteControl(name, name, "range", tuple(range(count)), labels, start, count, combined, everywhere)
 
 
 def test_settings_are_every_combination_of_the_combined_controls_then_each_other_control_alone():
@@ -49,6 +51,28 @@ def test_settings_are_every_combination_of_the_combined_controls_then_each_other
     assert list(settings(mixed)) == [(0, 1, 0), (0, 1, 1), (1, 1, 0), (1, 1, 1), (1, 0, 0), (1, 2, 0)]
     star = [control("a", 3, 2, combined=False), control("b", 2, 0, combined=False)]
     assert list(settings(star)) == [(2, 0), (0, 0), (1, 0), (2, 1)]
+    everywhere = [control("a", 2, 1), control("s", 3, 1, combined=False, everywhere=True), control("b", 2, 0)]
+    grid = [(0, 1, 0), (0, 1, 1), (1, 1, 0), (1, 1, 1)]
+    assert list(settings(everywhere)) == [*grid, *((a, s, b) for a, _, b in grid for s in (0, 2))]
+
+
+def test_sliders_move_alone_at_every_combination_of_the_choices_while_few_enough(closing):
+    explorer = masking_explorer()
+    closing(explorer)
+    controls = site_controls(explorer)
+    assert [(c.name, c.combined, c.everywhere) for c in controls] == [
+        ("seq_len", False, True),
+        ("causal", True, False),
+        ("method", True, False),
+        ("dropout", False, True),
+    ]
+    # 2 x 2 choices, each with seq_len's and dropout's other values moved alone: within MOST_SETTINGS
+    choices = len(controls[1].values) * len(controls[2].values)
+    alone = len(controls[0].values) - 1 + len(controls[3].values) - 1
+    assert len(list(settings(controls))) == choices * (1 + alone) <= site_explorers_module.MOST_SETTINGS
+    fewer = site_controls(explorer, most=choices * (1 + alone) - 1)
+    assert [(c.combined, c.everywhere) for c in fewer] == [(False, False), (True, False), (True, False), (False, False)]
+    assert len(list(settings(fewer))) == choices + alone
 
 
 def test_an_explorer_with_few_settings_offers_every_one_of_them(closing):
@@ -165,3 +189,26 @@ def test_the_budget_table_sums_each_page_and_the_site_and_refuses_what_passes_a_
     monkeypatch.setattr(site_explorers_module, "BUILD_BUDGET", 35)
     with pytest.raises(ValueError, match=r"took 35.4 s to compute, over the 35 s budget"):
         site_explorers_module.budget_table(manifests)
+
+
+def test_the_page_says_what_it_offers():
+    layer = SiteControl("layer", "layer", "range", (0, 15, 29), ("0", "15", "29"), 1, 30, False, True)
+    head = control("head", 9, 0, combined=False, everywhere=True)
+    sentence = SiteControl("sentence", "sentence", "buttons", (0, 1), ("one", "two"), 0, 2)
+    assert offered([layer, head, sentence]) == (
+        "Layer and head move one at a time, for every setting of sentence: moving one sets the other back to the"
+        " notebook's value. Offered: layer 0, 15, 29 (of 30 values)."
+    )
+    window = control("window", 3, 0, combined=False, everywhere=True)
+    assert offered([layer, head, window, sentence]).startswith(
+        "Layer, head and window move one at a time, for every setting of sentence: moving one sets the others back"
+        " to the notebook's values."
+    )
+    assert offered([window, sentence]) == "Window moves, for every setting of sentence."
+    assert offered([control("a", 2, 0, combined=False), sentence, control("b", 2, 0)]) == (
+        "a moves one at a time: moving it sets the other controls back to the notebook's values."
+    )
+    assert offered([control("a", 2, 0, combined=False), control("b", 2, 0, combined=False)]) == (
+        "One control at a time: moving one sets the others back to the notebook's values."
+    )
+    assert offered([sentence, control("b", 2, 0)]) == "Every setting of its controls is here."

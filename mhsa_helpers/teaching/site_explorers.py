@@ -41,6 +41,7 @@ from .explorer import STATIC_NOTE, Explorer, option_values
 
 __all__ = [
     "BUILD_BUDGET",
+    "MOST_SETTINGS",
     "PAGE_BUDGET",
     "PICTURE_QUALITY",
     "SITE_BUDGET",
@@ -50,13 +51,18 @@ __all__ = [
     "budget_table",
     "explorer_cells",
     "explorer_manifest",
+    "offered",
     "settings",
     "site_controls",
     "site_explorers",
 ]
 
-#: Settings precomputed per explorer at most (a soft limit: a grid of two values per control may pass it).
+#: Settings of a grid of every control precomputed per explorer at most (a soft limit: a grid of two values per
+#: control may pass it).
 STATE_LIMIT = 48
+#: Settings an explorer holds at most when its sliders move one at a time for every combination of its choices:
+#: at 15-45 KB a picture, within a page's budget.
+MOST_SETTINGS = 128
 #: WebP quality of the pictures (0-100): at the explorers' DPI, 30-45 KB a picture.
 PICTURE_QUALITY = 75
 #: Bytes of explorer pictures one page may hold (all its explorers' settings), and the whole site.
@@ -71,8 +77,10 @@ BUILD_BUDGET = 600
 class SiteControl:
     """One control as the website offers it: ``kind`` "range" (a slider over ``labels``), "check" (a checkbox)
     or "buttons" (one button per label); ``values`` the explorer's values offered, ``labels`` how each reads,
-    ``start`` the index of the notebook's value, ``all_values`` how many the explorer's control has, and
-    ``combined`` whether its values meet every value of the other combined controls (else it moves alone)."""
+    ``start`` the index of the notebook's value, ``all_values`` how many the explorer's control has,
+    ``combined`` whether its values meet every value of the other combined controls (else it moves alone), and
+    ``everywhere`` whether, moving alone, it does so at every combination of the combined controls (else at their
+    start)."""
 
     name: str
     label: str
@@ -82,6 +90,7 @@ class SiteControl:
     start: int
     all_values: int
     combined: bool = True
+    everywhere: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ def _values_over_settings(explorer: Explorer) -> dict[str, tuple[list[Any], list
     return everything
 
 
-def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteControl]:
+def site_controls(explorer: Explorer, limit: int = STATE_LIMIT, most: int = MOST_SETTINGS) -> list[SiteControl]:
     """The explorer's controls with the values the website offers, and which of them combine.
 
     The settings offered (:func:`settings`) are every combination of the values of the controls marked
@@ -196,8 +205,10 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
     first, last and current value), until the grid fits or a halving leaves a control fewer than
     :data:`GRID_VALUES` values (that grid is kept if it fits: notebook 05's offset keeps 3). Otherwise
     the choices (buttons, checkboxes, lists of options) combine, if at most ``limit`` of their settings
-    are taken, and each slider moves alone; or else every control moves alone. A control moving alone offers
-    at most :data:`STAR_VALUES` values."""
+    are taken, and each slider moves alone: at every combination of the choices while that makes at most
+    ``most`` settings (notebook 11's layer and head for every sentence), else from their start (only when there
+    are two choices or more); or else every control moves alone. A control moving alone offers at most
+    :data:`STAR_VALUES` values."""
     everything = _values_over_settings(explorer)
     dependent = {n for n, w in explorer.controls.items() if len(everything[n][0]) > len(_all_values(w)[0])}
     start = {name: _nearest(everything[name][0], widget.value) for name, widget in explorer.controls.items()}
@@ -225,6 +236,7 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
         if len(offered[name]) < min(GRID_VALUES, len(everything[name][0])):
             break
     combined = set(names)
+    everywhere = False
     if count > limit:
         # Every combination of the choices (buttons, checkboxes, lists of options), each slider alone; or, when
         # the choices alone are too many, every control alone.
@@ -239,7 +251,10 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
             for n in names
             if hasattr(explorer.controls[n], "options") or isinstance(explorer.controls[n], widgets.Checkbox)
         ]
-        combined = set(choices) if len(choices) > 1 and accepted(choices) <= limit else set()
+        combos = accepted(choices) if choices else limit + 1
+        moves = sum(len(offered[n]) - 1 for n in names if n not in choices)
+        everywhere = combos <= limit and combos * (1 + moves) <= most
+        combined = set(choices) if everywhere or (len(choices) > 1 and combos <= limit) else set()
     controls = []
     for name, widget in explorer.controls.items():
         values, labels = everything[name]
@@ -261,6 +276,7 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT) -> list[SiteCont
                 start=indices.index(start[name]),
                 all_values=len(values),
                 combined=name in combined,
+                everywhere=everywhere and name not in combined,
             )
         )
     return controls
@@ -278,19 +294,23 @@ def _picture(explorer: Explorer) -> bytes:
 
 def settings(controls: Sequence[SiteControl]) -> Iterator[tuple[int, ...]]:
     """The indices of the settings offered: every combination of the combined controls' values (the others
-    at their start), then each other control's values, alone."""
+    at their start), then each other control's values, alone: at every one of those combinations if it moves
+    ``everywhere``, else at the start."""
     start = tuple(control.start for control in controls)
     combined = [k for k, control in enumerate(controls) if control.combined]
+    grid = []
     for chosen in itertools.product(*(range(len(controls[k].values)) for k in combined)):
         indices = list(start)
         for k, index in zip(combined, chosen, strict=True):
             indices[k] = index
-        yield tuple(indices)
+        grid.append(tuple(indices))
+    yield from grid
     for k, control in enumerate(controls):
         if not control.combined:
-            for index in range(len(control.values)):
-                if index != control.start:
-                    yield (*start[:k], index, *start[k + 1 :])
+            for base in grid if control.everywhere else [start]:
+                for index in range(len(control.values)):
+                    if index != control.start:
+                        yield (*base[:k], index, *base[k + 1 :])
 
 
 def _states(explorer: Explorer, controls: list[SiteControl]) -> Iterator[tuple[tuple[int, ...], bytes, str]]:
@@ -304,6 +324,41 @@ def _states(explorer: Explorer, controls: list[SiteControl]) -> Iterator[tuple[t
         if explorer.values() != wanted:
             continue  # the explorer moved another control to fit: that setting has its own entry
         yield indices, _picture(explorer), str(explorer.data.get("caption", ""))
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def offered(controls: Sequence[SiteControl]) -> str:
+    """What the website offers of an explorer, in the words its page shows under it."""
+    thinned = [c for c in controls if len(c.values) < c.all_values]
+    alone = [c.label for c in controls if not c.combined]
+    said = []
+    if alone and len(alone) == len(controls):
+        said.append("One control at a time: moving one sets the others back to the notebook's values.")
+    elif any(c.everywhere for c in controls):
+        choices = _listed([c.label for c in controls if c.combined])
+        back = {1: "", 2: ": moving one sets the other back to the notebook's value"}.get(
+            len(alone), ": moving one sets the others back to the notebook's values"
+        )
+        moves = "moves" if len(alone) == 1 else "move one at a time"
+        said.append(f"{_listed(alone)[0].upper()}{_listed(alone)[1:]} {moves}, for every setting of {choices}{back}.")
+    elif alone:
+        said.append(
+            f"{', '.join(alone)} {'moves' if len(alone) == 1 else 'move'} one at a time: moving "
+            f"{'it' if len(alone) == 1 else 'one'} sets the other controls back to the notebook's values."
+        )
+    if thinned:
+        said.append(
+            "Offered: "
+            + "; ".join(f"{c.label} {', '.join(c.labels)} (of {c.all_values} values)" for c in thinned)
+            + "."
+        )
+    if not said:
+        said.append("Every setting of its controls is here.")
+    return " ".join(said)
 
 
 def explorer_manifest(explorer: Explorer, folder: Path, *, limit: int = STATE_LIMIT) -> dict[str, Any]:
@@ -322,31 +377,13 @@ def explorer_manifest(explorer: Explorer, folder: Path, *, limit: int = STATE_LI
             path.write_bytes(picture)
         states[",".join(map(str, indices))] = {"picture": name, "caption": caption}
     explorer.update(**start)
-    thinned = [c for c in controls if len(c.values) < c.all_values]
-    alone = [c.label for c in controls if not c.combined]
-    said = []
-    if alone and len(alone) == len(controls):
-        said.append("One control at a time: moving one sets the others back to the notebook's values.")
-    elif alone:
-        said.append(
-            f"{', '.join(alone)} {'moves' if len(alone) == 1 else 'move'} one at a time: moving "
-            f"{'it' if len(alone) == 1 else 'one'} sets the other controls back to the notebook's values."
-        )
-    if thinned:
-        said.append(
-            "Offered: "
-            + "; ".join(f"{c.label} {', '.join(c.labels)} (of {c.all_values} values)" for c in thinned)
-            + "."
-        )
-    if not said:
-        said.append("Every setting of its controls is here.")
     return {
         "title": explorer.title,
         "width": explorer.shown_width,
         "controls": [{"name": c.name, "label": c.label, "kind": c.kind, "labels": list(c.labels)} for c in controls],
         "start": [c.start for c in controls],
         "states": states,
-        "offered": " ".join(said),
+        "offered": offered(controls),
     }
 
 
