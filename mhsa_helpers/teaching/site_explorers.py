@@ -7,13 +7,15 @@ own figure, drawn by the same explorer code, as WebP) and caption are saved, and
 (``book/_static/explorers.js``) shows them as its controls move. Nothing is recomputed in the browser.
 
 Where a control offers more values than the grid can hold (:data:`STATE_LIMIT` settings per explorer), it
-offers fewer, evenly spaced, always with its first, last and starting value; the page says which. A
-setting the explorer refuses (e.g. a head that a smaller number of heads does not have) is left out, and the
-page moves the other controls to the nearest setting it has, as the explorer's own controls would.
+offers fewer, evenly spaced, always with its first, last and starting value; where even that is too many, the
+sliders move one at a time (:func:`site_controls`). The page says which (:func:`offered`). A setting the
+explorer refuses (e.g. a head that a smaller number of heads does not have) is left out, and the page moves the
+other controls to the nearest setting it has, as the explorer's own controls would.
 
 :func:`site_explorers` is what the website's build calls: the manifest of every explorer cell, keyed by
 ``(notebook, cell index)``, with its pictures written once into a cache folder named by a hash of the
 package's code and the cell's call (a second build, e.g. the browser tests', reuses them).
+:func:`budget_table` checks the pictures' bytes per page and for the site, and the time computing them took.
 """
 
 from __future__ import annotations
