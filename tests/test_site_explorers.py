@@ -196,17 +196,20 @@ def test_the_page_says_what_it_offers():
     head = control("head", 9, 0, combined=False, everywhere=True)
     sentence = SiteControl("sentence", "sentence", "buttons", (0, 1), ("one", "two"), 0, 2)
     assert offered([layer, head, sentence]) == (
-        "Layer and head move one at a time, for every setting of sentence: moving one sets the other back to the"
-        " notebook's value. Offered: layer 0, 15, 29 (of 30 values)."
+        "One at a time, for every setting of sentence: layer and head (moving one sets the other back to the"
+        " notebook's value). Offered: layer 0, 15, 29 (of 30 values)."
     )
     window = control("window", 3, 0, combined=False, everywhere=True)
     assert offered([layer, head, window, sentence]).startswith(
-        "Layer, head and window move one at a time, for every setting of sentence: moving one sets the others back"
-        " to the notebook's values."
+        "One at a time, for every setting of sentence: layer, head and window (moving one sets the others back to"
+        " the notebook's values)."
     )
-    assert offered([window, sentence]) == "Window moves, for every setting of sentence."
+    assert offered([window, sentence]) == "Every value of window for every setting of sentence."
     assert offered([control("a", 2, 0, combined=False), sentence, control("b", 2, 0)]) == (
-        "a moves one at a time: moving it sets the other controls back to the notebook's values."
+        "One at a time: a (moving it sets the other controls back to the notebook's values)."
+    )
+    assert offered([control("a", 2, 0, combined=False), sentence, control("c", 2, 0, combined=False)]) == (
+        "One at a time: a and c (moving one sets the others back to the notebook's values)."
     )
     assert offered([control("a", 2, 0, combined=False), control("b", 2, 0, combined=False)]) == (
         "One control at a time: moving one sets the others back to the notebook's values."

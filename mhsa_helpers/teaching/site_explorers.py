@@ -342,16 +342,18 @@ def offered(controls: Sequence[SiteControl]) -> str:
         said.append("One control at a time: moving one sets the others back to the notebook's values.")
     elif any(c.everywhere for c in controls):
         choices = _listed([c.label for c in controls if c.combined])
-        back = {1: "", 2: ": moving one sets the other back to the notebook's value"}.get(
-            len(alone), ": moving one sets the others back to the notebook's values"
-        )
-        moves = "moves" if len(alone) == 1 else "move one at a time"
-        said.append(f"{_listed(alone)[0].upper()}{_listed(alone)[1:]} {moves}, for every setting of {choices}{back}.")
+        if len(alone) == 1:
+            said.append(f"Every value of {alone[0]} for every setting of {choices}.")
+        else:
+            other = (
+                "the other back to the notebook's value"
+                if len(alone) == 2
+                else "the others back to the notebook's values"
+            )
+            said.append(f"One at a time, for every setting of {choices}: {_listed(alone)} (moving one sets {other}).")
     elif alone:
-        said.append(
-            f"{', '.join(alone)} {'moves' if len(alone) == 1 else 'move'} one at a time: moving "
-            f"{'it' if len(alone) == 1 else 'one'} sets the other controls back to the notebook's values."
-        )
+        moved = "it sets the other controls" if len(alone) == 1 else "one sets the others"
+        said.append(f"One at a time: {_listed(alone)} (moving {moved} back to the notebook's values).")
     if thinned:
         said.append(
             "Offered: "
