@@ -93,11 +93,12 @@ lab: setup
 
 # Every test but the `latency` benchmark (make bench-browser), spread over TEST_WORKERS processes
 # (pytest-xdist; --dist loadfile keeps each notebook's cells, and each test file, on one worker), PyTorch
-# using one thread in each, since a pool per worker on a few cores makes every tiny op wait for the others.
+# using one thread in each, since a pool per worker on a few cores makes every tiny op wait for the others. The
+# report ends with the 25 slowest tests (--durations), to look at before adding more.
 TEST_WORKERS ?= auto
 test: setup
 	env $(KERNEL_ENV) OMP_NUM_THREADS=1 $(VENV_PY) -m pytest tests $(NOTEBOOK_DIRS) $(NBVAL_ARGS) -m "not latency" \
-		-n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider $(PYTEST_ARGS)
+		-n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # Both run, so one report lists every lint and format error; either fails the target.
 lint: setup
