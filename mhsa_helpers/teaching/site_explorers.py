@@ -201,7 +201,8 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT, most: int = MOST
     """The explorer's controls with the values the website offers, and which of them combine.
 
     The settings offered (:func:`settings`) are every combination of the values of the controls marked
-    ``combined``, the others at their start, and each other control moved alone from the start. All controls
+    ``combined``, the others at their start, and each other control moved alone (from the start, or at every one
+    of those combinations: ``everywhere``). All controls
     combine while the explorer takes at most ``limit`` of their settings: with all of each control's values
     if it can, else the control with the most values keeps about half of them, again and again (always its
     first, last and current value), until the grid fits or a halving leaves a control fewer than
@@ -240,8 +241,8 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT, most: int = MOST
     combined = set(names)
     everywhere = False
     if count > limit:
-        # Every combination of the choices (buttons, checkboxes, lists of options), each slider alone; or, when
-        # the choices alone are too many, every control alone.
+        # Every combination of the choices (buttons, checkboxes, lists of options), each slider alone at each of
+        # them or from the start; or, when the choices alone are too many, every control alone.
         offered = {
             name: _thinned(len(values), STAR_VALUES, start[name])
             if len(values) > STAR_VALUES
@@ -253,9 +254,9 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT, most: int = MOST
             for n in names
             if hasattr(explorer.controls[n], "options") or isinstance(explorer.controls[n], widgets.Checkbox)
         ]
-        combos = accepted(choices) if choices else limit + 1
+        combos = accepted(choices) if choices else 0
         moves = sum(len(offered[n]) - 1 for n in names if n not in choices)
-        everywhere = combos <= limit and combos * (1 + moves) <= most
+        everywhere = 0 < combos <= limit and combos * (1 + moves) <= most
         combined = set(choices) if everywhere or (len(choices) > 1 and combos <= limit) else set()
     controls = []
     for name, widget in explorer.controls.items():
