@@ -147,9 +147,14 @@ class MultiHeadSelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         kv = "" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}"
+        # The sink is a parameter or a buffer, not a child module: without this line the printed module hides it.
+        sink = "" if self.sink is None else f", sink={'learned' if isinstance(self.sink, nn.Parameter) else 'plus_one'}"
+        gate = ""
+        if self.gate_proj is not None:
+            gate = f", gate={'headwise' if self.gate_proj.out_features == self.num_heads else 'elementwise'}"
         return (
             f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, d_head={self.d_head}, "
-            f"causal={self.causal}, dropout={self.dropout}"
+            f"causal={self.causal}, dropout={self.dropout}{sink}{gate}"
         )
 
     @property

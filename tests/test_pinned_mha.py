@@ -19,6 +19,16 @@ def test_extra_repr_names_kv_heads_only_when_they_differ():
     )
 
 
+def test_extra_repr_names_a_sink_and_a_gate_when_there_is_one():
+    base = "d_model=8, num_heads=2, d_head=4, causal=False, dropout=0.0"
+    assert MultiHeadSelfAttention(8, 2, sink="learned").extra_repr() == base + ", sink=learned"
+    assert MultiHeadSelfAttention(8, 2, sink="plus_one").extra_repr() == base + ", sink=plus_one"
+    assert MultiHeadSelfAttention(8, 2, gate="headwise").extra_repr() == base + ", gate=headwise"
+    both = MultiHeadSelfAttention(8, 2, sink="learned", gate="elementwise")
+    assert both.extra_repr() == base + ", sink=learned, gate=elementwise"
+    assert "sink=learned" in repr(both) and "(gate_proj): Linear(in_features=8, out_features=8" in repr(both)
+
+
 def test_rope_needs_an_even_d_head_and_says_where_it_comes_from():
     with raises(
         ValueError,
