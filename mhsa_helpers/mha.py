@@ -361,16 +361,18 @@ def expect_rope_for(rope: object, d_head: int, expected: str = "a RotaryEmbeddin
     return rope
 
 
-def expect_input(x: object, d_in: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def expect_input(
+    x: object, d_in: int | None = None, dtype: torch.dtype | None = None, *, size: str = "d_in"
+) -> torch.Tensor:
     """``x (..., seq, d_in)``: floating point, at least one position, ``d_in`` features and the
-    module's ``dtype`` when given."""
+    module's ``dtype`` when given; ``size`` is what the module calls ``d_in`` (latent attention: ``d_model``)."""
     x = expect_floating("x", x, min_ndim=2, shape="(..., seq, d_in)")
     if dtype is not None and x.dtype != dtype:
         raise TypeError(
             f"x must have the module's dtype {dtype}, got {x.dtype}; use x.to({dtype}) or module.to({x.dtype})"
         )
     if d_in is not None and x.shape[-1] != d_in:
-        raise ValueError(f"x must have last dimension d_in={d_in}, got shape {tuple(x.shape)}")
+        raise ValueError(f"x must have last dimension {size}={d_in}, got shape {tuple(x.shape)}")
     if x.shape[-2] == 0:
         raise ValueError(f"x must hold at least one position (seq >= 1), got shape {tuple(x.shape)}")
     return x

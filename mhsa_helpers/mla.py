@@ -232,7 +232,7 @@ class MultiHeadLatentAttention(nn.Module):
     def expect_call(self, x: torch.Tensor, mask: torch.Tensor | None, cache: LatentCache | None) -> LatentCache | None:
         """The checks of :meth:`forward`, made once at its door: ``x``, the cache it extends and the ``mask``
         against the scores ``(..., heads, seq, past + seq)``; returns the cache."""
-        x = expect_input(x, self.d_model, self.kv_down.weight.dtype)
+        x = expect_input(x, self.d_model, self.kv_down.weight.dtype, size="d_model")
         if cache is not None:
             expect_latent_cache(cache, x, self.d_latent, self.d_rope)
         if mask is not None:

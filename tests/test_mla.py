@@ -222,7 +222,7 @@ def test_bad_arguments_name_what_was_expected():
 def test_bad_calls_name_the_argument_and_leave_the_cache_as_it_was():
     torch.manual_seed(0)
     module = MultiHeadLatentAttention(8, 2, 4, rope=RotaryEmbedding(2))
-    with raises(ValueError, r"x must have last dimension d_in=8, got shape \(1, 3, 7\)"):
+    with raises(ValueError, r"x must have last dimension d_model=8, got shape \(1, 3, 7\)"):
         module(torch.randn(1, 3, 7))
     with raises(TypeError, "x must have the module's dtype torch.float32, got torch.float64"):
         module(torch.randn(1, 3, 8, dtype=torch.float64))
