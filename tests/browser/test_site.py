@@ -434,6 +434,7 @@ def time_moves(page, slider) -> list[float]:
         if value in (0, top):
             right = value < top
         page.keyboard.press("ArrowRight" if right else "ArrowLeft")
+        assert int(slider.input_value()) == value + (1 if right else -1), "a timed key press did not move"
         page.wait_for_function(f"() => window.__timing.frames.length > {move}")
         page.wait_for_timeout(150)
     timing = page.evaluate("() => window.__timing")
