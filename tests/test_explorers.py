@@ -34,7 +34,15 @@ from mhsa_helpers.lessons.multi_head_attention import heads_explorer
 from mhsa_helpers.lessons.qkv_by_hand import qkv_explorer
 from mhsa_helpers.lessons.rotary_position_embeddings import rope_explorer
 from mhsa_helpers.lessons.scaled_dot_product_attention import scaling_explorer
-from mhsa_helpers.teaching.explorer import CSS_DPI, LAYOUT_CACHE, Explorer, nearby_value, open_explorers, option_values
+from mhsa_helpers.teaching.explorer import (
+    CSS_DPI,
+    DPI,
+    LAYOUT_CACHE,
+    Explorer,
+    nearby_value,
+    open_explorers,
+    option_values,
+)
 
 ALL = [lesson.explorer for lesson in LESSONS if lesson.explorer is not None]
 
@@ -540,6 +548,18 @@ def test_shown_width_is_the_figure_width_at_the_css_resolution(make):
     explorer.close()
     with pytest.raises(RuntimeError, match="closed"):
         _ = explorer.shown_width
+
+
+def test_sharp_pixels_are_the_figure_at_full_resolution():
+    explorer = heads_explorer()
+    explorer.update(num_heads=3)  # a move shows the quick picture first
+    pixels = explorer.sharp_pixels()
+    width, height = explorer.figure.get_size_inches() * DPI
+    assert pixels.shape == (round(height), round(width), 3) and pixels.dtype == np.uint8
+    assert Image.open(io.BytesIO(explorer.static_png())).size[0] == round(width)
+    explorer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        explorer.sharp_pixels()
 
 
 def test_heads_annotates_the_framed_head():

@@ -396,13 +396,18 @@ class Explorer(widgets.VBox):
         bundle["image/png"] = base64.b64encode(self.static_png()).decode("ascii")
         return bundle, {"image/png": {"width": self._current.css_width}}
 
-    def static_png(self) -> bytes:
-        """The current figure with the caption and a note that the controls need a running kernel
-        below it: the picture shown where the widget cannot be (PNG bytes)."""
+    def sharp_pixels(self) -> np.ndarray:
+        """The current figure at full resolution (:data:`DPI`), sharpened first if needed: its RGB pixels
+        ``(height, width, 3)``, uint8, a view of the figure's canvas (copy it to keep it past the next draw)."""
         if self._current is None:
             raise RuntimeError("this explorer was closed: it holds no figure any more")
         self.sharpen()
-        picture = np.asarray(cast(FigureCanvasAgg, self._current.figure.canvas).buffer_rgba())[..., :3]
+        return np.asarray(cast(FigureCanvasAgg, self._current.figure.canvas).buffer_rgba())[..., :3]
+
+    def static_png(self) -> bytes:
+        """The current figure with the caption and a note that the controls need a running kernel
+        below it: the picture shown where the widget cannot be (PNG bytes)."""
+        picture = self.sharp_pixels()
         caption = self.data.get("caption", "")
         band = Figure(figsize=(picture.shape[1] / DPI, 0.5), dpi=DPI)
         FigureCanvasAgg(band)

@@ -32,11 +32,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image as PILImage
 
 from .explorer import STATIC_NOTE, Explorer, option_values
@@ -287,11 +286,10 @@ def site_controls(explorer: Explorer, limit: int = STATE_LIMIT, most: int = MOST
 
 def _picture(explorer: Explorer) -> bytes:
     """The explorer's figure as drawn now, sharp (its DPI), as WebP."""
-    explorer.sharpen()
-    canvas = cast(FigureCanvasAgg, explorer.figure.canvas)
-    pixels = np.asarray(canvas.buffer_rgba())[..., :3]
     buffer = io.BytesIO()
-    PILImage.fromarray(np.ascontiguousarray(pixels)).save(buffer, format="webp", quality=PICTURE_QUALITY, method=6)
+    PILImage.fromarray(np.ascontiguousarray(explorer.sharp_pixels())).save(
+        buffer, format="webp", quality=PICTURE_QUALITY, method=6
+    )
     return buffer.getvalue()
 
 
