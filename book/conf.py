@@ -134,9 +134,9 @@ def make_explorers(app) -> None:
     if app.builder.format != "html":
         return
     app.site_explorers = site_explorers(LESSONS, ROOT, EXPLORER_CACHE)
-    for key, manifest in app.site_explorers.items():
+    for key, made in app.site_explorers.items():
         target = Path(app.outdir) / "_static" / "explorers" / key
-        shutil.copytree(Path(manifest["folder"]) / "pictures", target, dirs_exist_ok=True)
+        shutil.copytree(made.folder / "pictures", target, dirs_exist_ok=True)
     for line in budget_table(app.site_explorers):
         logger.info(line)
 
@@ -157,9 +157,10 @@ class ExplorersWithoutKernel(SphinxTransform):
             key = f"{page.name}-{cell.get('cell_index')}"
             if key not in explorers:
                 continue
-            manifest = {k: v for k, v in explorers[key].items() if k not in ("folder", "seconds")}
-            manifest["pictures"] = f"{up}_static/explorers/{key}/"
-            manifest["colab"] = colab_link(f"{page}.ipynb")
+            manifest = explorers[key].manifest | {
+                "pictures": f"{up}_static/explorers/{key}/",
+                "colab": colab_link(f"{page}.ipynb"),
+            }
             # "</" cannot end the script early: JSON allows "<\/" for "</".
             text = json.dumps(manifest).replace("</", "<\\/")
             label = html.escape(manifest["title"])

@@ -21,6 +21,7 @@ from mhsa_helpers.teaching.explorer import STATIC_NOTE
 from mhsa_helpers.teaching.site_explorers import (
     ExplorerCell,
     SiteControl,
+    SiteExplorer,
     explorer_cells,
     explorer_manifest,
     offered,
@@ -158,12 +159,12 @@ def test_an_explorer_cell_made_another_way_is_refused(tmp_path):
         explorer_cells(Path("n.ipynb"), tmp_path)
 
 
-def fake_manifest(folder: Path, sizes: list[int], states: int, seconds: float) -> dict:
-    """A manifest as site_explorers returns it, with pictures of the given sizes in ``folder``."""
+def fake_manifest(folder: Path, sizes: list[int], states: int, seconds: float) -> SiteExplorer:
+    """An explorer as site_explorers returns it, with pictures of the given sizes in ``folder``."""
     (folder / "pictures").mkdir(parents=True)
     for k, size in enumerate(sizes):
         (folder / "pictures" / f"{k}.webp").write_bytes(b"x" * size)
-    return {"folder": str(folder), "states": {str(k): {} for k in range(states)}, "seconds": seconds}
+    return SiteExplorer({"states": {str(k): {} for k in range(states)}}, folder, seconds)
 
 
 def test_the_budget_table_sums_each_page_and_the_site_and_refuses_what_passes_a_budget(tmp_path, monkeypatch):

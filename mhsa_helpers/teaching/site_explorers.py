@@ -49,6 +49,7 @@ __all__ = [
     "STATE_LIMIT",
     "ExplorerCell",
     "SiteControl",
+    "SiteExplorer",
     "budget_table",
     "explorer_cells",
     "explorer_manifest",
@@ -421,24 +422,34 @@ def _code_hash(package: Path) -> str:
     return digest.hexdigest()
 
 
-def site_explorers(lessons: Sequence[Any], root: Path, cache: Path) -> dict[str, dict[str, Any]]:
-    """The manifest of every explorer cell of ``lessons``' notebooks, keyed by :attr:`ExplorerCell.key`, each
-    with ``"folder"``: the cache folder holding its pictures (made here unless a build of the same code and
-    call made it already), and ``"seconds"``: how long making them took."""
+@dataclass(frozen=True)
+class SiteExplorer:
+    """An explorer cell as the website's build made it: the ``manifest`` its page reads
+    (:func:`explorer_manifest`), the cache ``folder`` holding its pictures (in ``pictures/``) and the ``seconds``
+    making them took."""
+
+    manifest: dict[str, Any]
+    folder: Path
+    seconds: float
+
+
+def site_explorers(lessons: Sequence[Any], root: Path, cache: Path) -> dict[str, SiteExplorer]:
+    """Every explorer cell of ``lessons``' notebooks as the website shows it, keyed by :attr:`ExplorerCell.key`;
+    its pictures are made here unless a build of the same code and call made them already."""
     import matplotlib
 
     matplotlib.use("Agg")
     package = Path(__file__).resolve().parents[1]
     code = _code_hash(package)
-    manifests: dict[str, dict[str, Any]] = {}
+    explorers: dict[str, SiteExplorer] = {}
     for lesson in lessons:
         module = importlib.import_module(f"{package.name}.lessons.{lesson.slug}")
         for cell in explorer_cells(Path(lesson.notebook), root):
             call = json.dumps([cell.factory, cell.kwargs, STATE_LIMIT, PICTURE_QUALITY], sort_keys=True)
             key = hashlib.sha256((code + call).encode()).hexdigest()[:20]
             folder = cache / f"{cell.key}-{key}"
-            manifest_path = folder / "manifest.json"
-            if not manifest_path.exists():
+            made_path = folder / "made.json"
+            if not made_path.exists():
                 shutil.rmtree(folder, ignore_errors=True)
                 began = time.perf_counter()
                 explorer = getattr(module, cell.factory)(**cell.kwargs)
@@ -446,32 +457,24 @@ def site_explorers(lessons: Sequence[Any], root: Path, cache: Path) -> dict[str,
                     manifest = explorer_manifest(explorer, folder / "pictures")
                 finally:
                     explorer.close()
-                manifest["seconds"] = round(time.perf_counter() - began, 1)
-                manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
-            manifests[cell.key] = json.loads(manifest_path.read_text(encoding="utf-8")) | {"folder": str(folder)}
-    return manifests
+                made = {"manifest": manifest, "seconds": round(time.perf_counter() - began, 1)}
+                made_path.write_text(json.dumps(made), encoding="utf-8")
+            made = json.loads(made_path.read_text(encoding="utf-8"))
+            explorers[cell.key] = SiteExplorer(made["manifest"], folder, made["seconds"])
+    return explorers
 
 
-def budget_table(manifests: dict[str, dict[str, Any]]) -> list[str]:
+def budget_table(explorers: dict[str, SiteExplorer]) -> list[str]:
     """Markdown lines: per page, its explorers, settings, bytes of pictures and seconds to compute them, then
     the whole site's; a page over :data:`PAGE_BUDGET`, a site over :data:`SITE_BUDGET` or computing over
-    :data:`BUILD_BUDGET` raises ``ValueError`` naming it. ``manifests`` as :func:`site_explorers` returns them."""
-    rows: dict[str, tuple[int, int, int, float]] = {}
-    for key, manifest in manifests.items():
-        size = sum(path.stat().st_size for path in (Path(manifest["folder"]) / "pictures").iterdir())
-        count, states, total, seconds = rows.get(key.rsplit("-", 1)[0], (0, 0, 0, 0.0))
-        rows[key.rsplit("-", 1)[0]] = (
-            count + 1,
-            states + len(manifest["states"]),
-            total + size,
-            seconds + manifest["seconds"],
-        )
-    site = (
-        sum(row[0] for row in rows.values()),
-        sum(row[1] for row in rows.values()),
-        sum(row[2] for row in rows.values()),
-        sum(row[3] for row in rows.values()),
-    )
+    :data:`BUILD_BUDGET` raises ``ValueError`` naming it. ``explorers`` as :func:`site_explorers` returns them."""
+    rows: dict[str, list[float]] = {}
+    for key, made in explorers.items():
+        pictures = sum(path.stat().st_size for path in (made.folder / "pictures").iterdir())
+        row = rows.setdefault(key.rsplit("-", 1)[0], [0, 0, 0, 0.0])
+        for k, value in enumerate((1, len(made.manifest["states"]), pictures, made.seconds)):
+            row[k] += value
+    site = [sum(column) for column in zip(*rows.values(), strict=True)]
     lines = [
         "| page | explorers | settings | MB of pictures | seconds to compute |",
         "| --- | ---: | ---: | ---: | ---: |",
